@@ -1,0 +1,64 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""mocoplug's registry nodes.
+
+Every node is a child of mmpretrain's node of the same kind (which is itself a
+child of mmengine's root), so with ``default_scope = 'mocoplug'`` a config
+reaches mocoplug's components first, then everything mmpretrain and mmengine
+register (``ResNet``, ``LARS``, ``MultiView``, ``UniversalVisualizer``...).
+mmdet's components are reached with the ``mmdet.`` prefix, or by setting
+``default_scope = 'mmdet'`` as the detection configs do.
+
+A node must exist for every kind, even those mocoplug adds nothing to:
+mmengine switches to the registry of the default scope and, if that scope
+has no node of the kind, falls back to mmengine's root and loses
+mmpretrain's entries (e.g. the ``LARS`` optimizer).
+"""
+from mmengine.registry import Registry
+from mmpretrain import registry as mmpretrain_registry
+
+_ENGINE = []
+_MODELS = []
+_DATASETS = []
+_EVALUATION = []
+
+
+def _child(name: str, parent: Registry, locations: list) -> Registry:
+    return Registry(name, parent=parent, scope='mocoplug', locations=locations)
+
+
+RUNNERS = _child('runner', mmpretrain_registry.RUNNERS, _ENGINE)
+RUNNER_CONSTRUCTORS = _child('runner constructor',
+                             mmpretrain_registry.RUNNER_CONSTRUCTORS, _ENGINE)
+LOOPS = _child('loop', mmpretrain_registry.LOOPS, _ENGINE)
+HOOKS = _child('hook', mmpretrain_registry.HOOKS, _ENGINE)
+LOG_PROCESSORS = _child('log processor', mmpretrain_registry.LOG_PROCESSORS,
+                        _ENGINE)
+OPTIMIZERS = _child('optimizer', mmpretrain_registry.OPTIMIZERS, _ENGINE)
+OPTIM_WRAPPERS = _child('optim_wrapper', mmpretrain_registry.OPTIM_WRAPPERS,
+                        _ENGINE)
+OPTIM_WRAPPER_CONSTRUCTORS = _child(
+    'optimizer wrapper constructor',
+    mmpretrain_registry.OPTIM_WRAPPER_CONSTRUCTORS, _ENGINE)
+PARAM_SCHEDULERS = _child('parameter scheduler',
+                          mmpretrain_registry.PARAM_SCHEDULERS, _ENGINE)
+
+DATASETS = _child('dataset', mmpretrain_registry.DATASETS, _DATASETS)
+DATA_SAMPLERS = _child('data sampler', mmpretrain_registry.DATA_SAMPLERS,
+                       _DATASETS)
+TRANSFORMS = _child('transform', mmpretrain_registry.TRANSFORMS, _DATASETS)
+
+MODELS = _child('model', mmpretrain_registry.MODELS, _MODELS)
+MODEL_WRAPPERS = _child('model_wrapper', mmpretrain_registry.MODEL_WRAPPERS,
+                        _MODELS)
+WEIGHT_INITIALIZERS = _child('weight initializer',
+                             mmpretrain_registry.WEIGHT_INITIALIZERS, _MODELS)
+BATCH_AUGMENTS = _child('batch augment', mmpretrain_registry.BATCH_AUGMENTS,
+                        _MODELS)
+TASK_UTILS = _child('task util', mmpretrain_registry.TASK_UTILS, _MODELS)
+TOKENIZER = _child('tokenizer', mmpretrain_registry.TOKENIZER, _MODELS)
+
+METRICS = _child('metric', mmpretrain_registry.METRICS, _EVALUATION)
+EVALUATORS = _child('evaluator', mmpretrain_registry.EVALUATORS, _EVALUATION)
+
+VISUALIZERS = _child('visualizer', mmpretrain_registry.VISUALIZERS, [])
+VISBACKENDS = _child('vis_backend', mmpretrain_registry.VISBACKENDS, [])

@@ -1,0 +1,99 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Packaging for mocoplug.
+
+Like mmpretrain's setup.py, ``configs/`` and ``tools/`` are shipped inside the
+package under ``mocoplug/.mim`` so that ``mim`` and mmengine's
+``mocoplug::path/to/config.py`` look-ups find them after a non-editable
+install (an editable install links them instead of copying).
+"""
+import os
+import os.path as osp
+import shutil
+import sys
+
+from setuptools import find_packages, setup
+
+ROOT = osp.dirname(osp.abspath(__file__))
+MIM_FILES = ['configs', 'tools']
+
+
+def get_version() -> str:
+    scope: dict = {}
+    with open(osp.join(ROOT, 'mocoplug', 'version.py')) as f:
+        exec(compile(f.read(), 'version.py', 'exec'), scope)
+    return scope['__version__']
+
+
+def parse_requirements(fname: str) -> list:
+    """Read requirement lines, skipping comments and blank lines."""
+    reqs = []
+    with open(osp.join(ROOT, fname)) as f:
+        for line in f:
+            line = line.split('#', 1)[0].strip()
+            if line:
+                reqs.append(line)
+    return reqs
+
+
+def add_mim_extension() -> None:
+    """Place configs/ and tools/ under mocoplug/.mim.
+
+    Develop (editable) installs symlink them so edits show up at once; other
+    builds copy them so they end up inside the wheel.
+    """
+    if 'develop' in sys.argv or 'editable_wheel' in sys.argv:
+        mode = 'symlink'
+    elif any(
+            cmd in sys.argv
+            for cmd in ('sdist', 'bdist_wheel', 'build', 'install')):
+        mode = 'copy'
+    else:
+        return
+    mim_path = osp.join(ROOT, 'mocoplug', '.mim')
+    os.makedirs(mim_path, exist_ok=True)
+    for name in MIM_FILES:
+        src = osp.join(ROOT, name)
+        dst = osp.join(mim_path, name)
+        if osp.islink(dst) or osp.isfile(dst):
+            os.remove(dst)
+        elif osp.isdir(dst):
+            shutil.rmtree(dst)
+        if mode == 'symlink':
+            os.symlink(
+                osp.relpath(src, mim_path), dst, target_is_directory=True)
+        else:
+            shutil.copytree(src, dst)
+
+
+if __name__ == '__main__':
+    add_mim_extension()
+    setup(
+        name='mocoplug',
+        version=get_version(),
+        description='MoCo v1/v2/v3 self-supervised pretraining for the '
+        'OpenMMLab ecosystem, with detection transfer',
+        long_description=open(osp.join(ROOT, 'README.md')).read()
+        if osp.exists(osp.join(ROOT, 'README.md')) else '',
+        long_description_content_type='text/markdown',
+        author='mocoplug contributors',
+        license='Apache License 2.0',
+        python_requires='>=3.9',
+        packages=find_packages(exclude=('configs', 'tools', 'tests', 'demo')),
+        include_package_data=True,
+        package_data={
+            'mocoplug': [
+                '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
+                '.mim/tools/*'
+            ]
+        },
+        install_requires=parse_requirements('requirements/runtime.txt'),
+        extras_require={
+            'tests': parse_requirements('requirements/tests.txt'),
+        },
+        classifiers=[
+            'Programming Language :: Python :: 3',
+            'Programming Language :: Python :: 3.11',
+            'Topic :: Scientific/Engineering :: Artificial Intelligence',
+        ],
+        zip_safe=False,
+    )

@@ -1,0 +1,84 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import itertools
+import os
+
+import pytest
+import torch
+
+import mocoplug  # noqa: F401  (registers everything)
+
+os.environ.setdefault('OMP_NUM_THREADS', '2')
+torch.set_num_threads(2)
+_RUN_IDS = itertools.count()
+
+
+@pytest.fixture
+def tiny_runner_cfg():
+    """A config for an mmengine Runner training a linear model on random
+    tensors: the smallest real training loop, for engine-level tests."""
+    from mmengine.config import Config
+
+    def make(work_dir, max_iters=4, **overrides):
+        cfg = dict(
+            model=dict(type='ToyRegressor'),
+            work_dir=str(work_dir),
+            train_dataloader=dict(
+                dataset=dict(type='ToyTensorDataset', size=16),
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                batch_size=4,
+                collate_fn=dict(type='default_collate')),
+            train_cfg=dict(by_epoch=False, max_iters=max_iters),
+            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+            param_scheduler=dict(
+                type='CosineAnnealingLR', T_max=max_iters, by_epoch=False),
+            default_hooks=dict(
+                checkpoint=dict(
+                    type='CheckpointHook', interval=2, by_epoch=False),
+                logger=dict(type='LoggerHook', interval=1)),
+            env_cfg=dict(dist_cfg=dict(backend='gloo')),
+            log_level='WARNING',
+            experiment_name=f'{os.path.basename(work_dir)}-{next(_RUN_IDS)}',
+            default_scope='mocoplug')
+        cfg.update(overrides)
+        return Config(cfg)
+
+    return make
+
+
+def _register_toys():
+    """Test-only toy model and dataset for engine-level tests."""
+    from mmengine.dataset import BaseDataset
+    from mmengine.model import BaseModel
+
+    from mocoplug.registry import DATASETS, MODELS
+
+    @MODELS.register_module(force=True)
+    class ToyRegressor(BaseModel):
+
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 1)
+
+        def forward(self, inputs, data_samples=None, mode='tensor', **meta):
+            out = self.linear(inputs)
+            if mode == 'loss':
+                return dict(loss=(out - data_samples).pow(2).mean())
+            return out
+
+    @DATASETS.register_module(force=True)
+    class ToyTensorDataset(BaseDataset):
+
+        def __init__(self, size=16):
+            self.size = size
+            super().__init__(serialize_data=False)
+
+        def load_data_list(self):
+            gen = torch.Generator().manual_seed(0)
+            x = torch.randn(self.size, 2, generator=gen)
+            return [
+                dict(inputs=x[i], data_samples=x[i].sum(0, keepdim=True))
+                for i in range(self.size)
+            ]
+
+
+_register_toys()
