@@ -18,7 +18,7 @@ from mmpretrain import registry as mmpretrain_registry
 
 _ENGINE = []
 _MODELS = []
-_DATASETS = []
+_DATASETS = ['mocoplug.datasets']
 _EVALUATION = []
 
 

@@ -1,0 +1,99 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import List
+
+import numpy as np
+from mmpretrain.datasets import BaseDataset
+
+from mocoplug.registry import DATASETS
+
+SPLITS = ('train', 'test', 'all')
+
+
+@DATASETS.register_module()
+class DigitsDataset(BaseDataset):
+    """scikit-learn's bundled handwritten digits, as small RGB images.
+
+    1797 real 8x8 grey-level scans of handwritten digits (the UCI "Optical
+    Recognition of Handwritten Digits" test set) that ship inside
+    scikit-learn, so no download is needed. Each image is scaled from
+    [0, 16] to [0, 255], resized to ``img_size`` with bilinear
+    interpolation and repeated over 3 channels (HWC, uint8), ready for
+    mmpretrain's transforms.
+
+    A fixed stratified split keeps ``test_ratio`` of the images aside for
+    evaluation: ``split='train'`` and ``split='test'`` never share an
+    image, whatever the seed of the run.
+
+    Args:
+        split (str): ``'train'``, ``'test'`` or ``'all'``. Defaults to
+            ``'train'``.
+        img_size (int): Side of the output images. Defaults to 32.
+        test_ratio (float): Share of each class kept for ``'test'``.
+            Defaults to 0.3.
+        with_label (bool): Whether samples carry ``gt_label``. Set False for
+            self-supervised pretraining, which must not see labels.
+            Defaults to True.
+        **kwargs: Other arguments of mmpretrain's ``BaseDataset``
+            (``pipeline``, ``indices``, ...).
+    """
+
+    METAINFO = {'classes': tuple(str(i) for i in range(10))}
+
+    def __init__(self,
+                 split: str = 'train',
+                 img_size: int = 32,
+                 test_ratio: float = 0.3,
+                 with_label: bool = True,
+                 **kwargs) -> None:
+        if split not in SPLITS:
+            raise ValueError(
+                f'DigitsDataset: split must be one of {SPLITS}, got {split!r}')
+        if not 0 < test_ratio < 1:
+            raise ValueError('DigitsDataset: test_ratio must be in (0, 1), '
+                             f'got {test_ratio}')
+        self.split = split
+        self.img_size = img_size
+        self.test_ratio = test_ratio
+        self.with_label = with_label
+        kwargs.setdefault('ann_file', '')
+        super().__init__(**kwargs)
+
+    def split_indices(self, labels: np.ndarray) -> np.ndarray:
+        """Indices of this split: a seed-independent stratified split."""
+        if self.split == 'all':
+            return np.arange(len(labels))
+        rng = np.random.RandomState(0)
+        test = []
+        for cls in range(10):
+            idx = np.flatnonzero(labels == cls)
+            rng.shuffle(idx)
+            test.append(idx[:int(round(len(idx) * self.test_ratio))])
+        test_idx = np.sort(np.concatenate(test))
+        if self.split == 'test':
+            return test_idx
+        return np.setdiff1d(np.arange(len(labels)), test_idx)
+
+    def load_data_list(self) -> List[dict]:
+        """Read the digits from scikit-learn and build the data list."""
+        from PIL import Image
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        data_list = []
+        for i in self.split_indices(digits.target):
+            gray = np.clip(digits.images[i] * 16, 0, 255).astype(np.uint8)
+            big = np.asarray(
+                Image.fromarray(gray).resize((self.img_size, self.img_size),
+                                             Image.BILINEAR))
+            info = dict(
+                img=np.repeat(big[..., None], 3, axis=2), digits_index=int(i))
+            if self.with_label:
+                info['gt_label'] = int(digits.target[i])
+            data_list.append(info)
+        return data_list
+
+    def extra_repr(self) -> List[str]:
+        return [
+            f'Split: \t{self.split}', f'Image size: \t{self.img_size}',
+            f'With labels: \t{self.with_label}'
+        ]
