@@ -1,13 +1,17 @@
 # mocoplug: two commands on a fresh machine (see README.md).
+#   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
 #   make test   set up (if needed), then run the test suite
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup test clean
+.PHONY: setup demo test clean
 
 setup:
 	bash tools/setup_env.sh
+
+demo: setup
+	$(PYTHON) tools/demo.py
 
 test: setup
 	$(PYTHON) -m pytest tests

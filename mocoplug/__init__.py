@@ -10,6 +10,6 @@ from .version import __version__, version_info
 
 register_checkpoint_loader()
 
-from . import datasets  # noqa: E402,F401
+from . import datasets, engine, models  # noqa: E402,F401
 
 __all__ = ['__version__', 'version_info']

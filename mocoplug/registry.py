@@ -16,8 +16,8 @@ mmpretrain's entries (e.g. the ``LARS`` optimizer).
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
 
-_ENGINE = []
-_MODELS = []
+_ENGINE = ['mocoplug.engine']
+_MODELS = ['mocoplug.models']
 _DATASETS = ['mocoplug.datasets']
 _EVALUATION = []
 

@@ -82,3 +82,61 @@ def _register_toys():
 
 
 _register_toys()
+
+
+@pytest.fixture
+def tiny_moco_runner_cfg():
+    """Runner config: a small MoCo v2 on 32 px digits, a few iterations."""
+    from mmengine.config import Config
+
+    def make(work_dir, max_iters=3, hooks=None, **overrides):
+        view = [
+            dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.5,
+                                                                       1.)),
+            dict(type='RandomFlip', prob=0.5),
+        ]
+        cfg = dict(
+            model=dict(
+                type='MoCo',
+                data_preprocessor=dict(
+                    type='SelfSupDataPreprocessor', mean=[127.5] * 3,
+                    std=[127.5] * 3, to_rgb=False),
+                backbone=dict(
+                    type='ResNet', depth=18, stem_channels=16,
+                    base_channels=16, out_indices=(3, )),
+                neck=dict(type='MoCoProjectionNeck', in_channels=128,
+                          hid_channels=128, out_channels=32),
+                head=dict(type='InfoNCEHead', temperature=0.2),
+                queue=dict(type='NegativeKeyQueue', size=48, dim=32),
+                shuffle_bn='split', num_splits=2),
+            work_dir=str(work_dir),
+            train_dataloader=dict(
+                dataset=dict(
+                    type='DigitsDataset', split='train', with_label=False,
+                    indices=32, pipeline=[
+                        dict(type='MultiView', num_views=2,
+                             transforms=[view]),
+                        dict(type='PackInputs')
+                    ]),
+                sampler=dict(type='DefaultSampler', shuffle=True),
+                batch_size=8, num_workers=0,
+                collate_fn=dict(type='default_collate')),
+            train_cfg=dict(by_epoch=False, max_iters=max_iters),
+            optim_wrapper=dict(
+                optimizer=dict(type='SGD', lr=0.03, momentum=0.9,
+                               weight_decay=1e-4)),
+            custom_hooks=hooks if hooks is not None else
+            [dict(type='MomentumUpdateHook', momentum=0.99)],
+            default_hooks=dict(
+                logger=dict(type='LoggerHook', interval=1),
+                checkpoint=dict(type='CheckpointHook', interval=max_iters,
+                                by_epoch=False)),
+            env_cfg=dict(dist_cfg=dict(backend='gloo')),
+            randomness=dict(seed=0),
+            log_level='WARNING',
+            experiment_name=f'{os.path.basename(work_dir)}-{next(_RUN_IDS)}',
+            default_scope='mocoplug')
+        cfg.update(overrides)
+        return Config(cfg)
+
+    return make

@@ -1,0 +1,154 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+from typing import List, Optional
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+from mmpretrain.utils import get_ori_model
+
+from mocoplug.registry import HOOKS
+
+SCHEDULES = ('constant', 'cosine')
+
+
+@HOOKS.register_module()
+class MomentumUpdateHook(Hook):
+    r"""Update momentum (key) encoders after every optimizer step.
+
+    For every (online, momentum) module pair the model declares in
+    ``momentum_pairs()``, each momentum parameter becomes
+
+    .. math::
+        \theta_k \leftarrow m \theta_k + (1 - m) \theta_q
+
+    with **m the paper's momentum**: ``momentum=0.999`` keeps 99.9% of the
+    key encoder (`MoCo <https://arxiv.org/abs/1911.05722>`_, Sec. 3.2).
+    Note that mmpretrain's built-in MoCo/MoCoV3 and mmengine's EMA take the
+    opposite convention (``momentum=0.001`` there is m = 0.999 here); values
+    below 0.5 are refused as a likely mix-up.
+
+    Schedules:
+
+    - ``'constant'``: m = ``momentum`` (MoCo v1/v2, 0.999).
+    - ``'cosine'``: m anneals from ``momentum`` to ``end_momentum`` (1 by
+      default) as in `MoCo v3 <https://arxiv.org/abs/2104.02057>`_:
+      :math:`m_t = m_{end} - (m_{end} - m_0)(\cos(\pi t / T) + 1) / 2`,
+      with t the step and T ``runner.max_iters``. The update after
+      iteration ``i`` (0-based) prepares the key encoder of iteration
+      ``i + 1`` and uses t = i + 1, which matches the official code (there
+      the update sits at the start of iteration t). t comes from
+      ``runner.iter``, so a resumed run continues the schedule.
+
+    Only parameters are averaged, with one fused ``torch._foreach_lerp_``
+    per update. Buffers are not: the momentum encoder's BN running
+    statistics are its own, accumulated by its train-mode forward passes
+    over the key batches, as in the official implementation. Training never
+    reads them (BN uses batch statistics in train mode); they only matter if
+    the key encoder is evaluated, and then they match its own weights,
+    whereas copying the query encoder's statistics (what mmpretrain's EMA
+    does) would pair them with another network.
+
+    Under gradient accumulation the update runs once per real optimizer
+    step. Wrapped (DDP) and bare models are both handled.
+
+    Args:
+        momentum (float): m, or m_0 for the cosine schedule. Defaults to
+            0.999.
+        schedule (str): ``'constant'`` or ``'cosine'``. Defaults to
+            ``'constant'``.
+        end_momentum (float): Final m of the cosine schedule. Defaults to
+            1.0.
+    """
+
+    priority = 'NORMAL'  # before CheckpointHook (VERY_LOW) saves the step
+
+    def __init__(self,
+                 momentum: float = 0.999,
+                 schedule: str = 'constant',
+                 end_momentum: float = 1.0) -> None:
+        if schedule not in SCHEDULES:
+            raise ValueError(f'MomentumUpdateHook: schedule must be one of '
+                             f'{SCHEDULES}, got {schedule!r}')
+        for name, value in (('momentum', momentum), ('end_momentum',
+                                                     end_momentum)):
+            if value < 0.5:
+                raise ValueError(
+                    f'MomentumUpdateHook: {name}={value} looks like '
+                    "mmpretrain's convention (the weight of the online "
+                    "encoder). mocoplug uses the paper's m, the share of the "
+                    f'key encoder that is kept: use {name}={1 - value:g}.')
+            if value > 1.0:
+                raise ValueError(
+                    f'MomentumUpdateHook: {name}={value} must be <= 1.')
+        self.momentum = momentum
+        self.schedule = schedule
+        self.end_momentum = end_momentum
+        self._online: List[torch.Tensor] = []
+        self._target: List[torch.Tensor] = []
+        self._model: Optional[torch.nn.Module] = None
+
+    def momentum_at(self, step: int, max_steps: int) -> float:
+        """The momentum m of the update that prepares step ``step``."""
+        if self.schedule == 'constant':
+            return self.momentum
+        progress = min(step / max(max_steps, 1), 1.0)
+        cos = (math.cos(math.pi * progress) + 1) / 2
+        return self.end_momentum - (self.end_momentum - self.momentum) * cos
+
+    def before_train(self, runner: Runner) -> None:
+        """Collect the parameter pairs once; they stay the same tensors."""
+        self.attach(get_ori_model(runner.model))
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Bind to a model that declares ``momentum_pairs()``."""
+        if not callable(getattr(model, 'momentum_pairs', None)):
+            raise TypeError(
+                f'MomentumUpdateHook: {type(model).__name__} declares no '
+                'momentum_pairs(); the hook only works with models that '
+                'have a momentum encoder (MoCo, MoCoV3). Remove it from '
+                'custom_hooks or use such a model.')
+        online, target = [], []
+        for online_module, momentum_module in model.momentum_pairs():
+            src = list(online_module.parameters())
+            dst = list(momentum_module.parameters())
+            if len(src) != len(dst) or any(a.shape != b.shape
+                                           for a, b in zip(src, dst)):
+                raise RuntimeError(
+                    'MomentumUpdateHook: a momentum module does not mirror '
+                    f'its online module ({type(online_module).__name__}).')
+            online += [p for p in src if p.is_floating_point()]
+            target += [p for p in dst if p.is_floating_point()]
+        self._online, self._target = online, target
+        self._model = model
+        model.momentum_hook_attached = True
+
+    @torch.no_grad()
+    def update(self, momentum: float) -> None:
+        """Apply one update with the given m to the attached model."""
+        if self._model is None:
+            raise RuntimeError('MomentumUpdateHook.update() before attach()')
+        if momentum < 1.0:
+            torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
+        self._model.num_momentum_updates += 1
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch: Optional[dict] = None,
+                         outputs: Optional[dict] = None) -> None:
+        if not _optimizer_stepped(runner.optim_wrapper):
+            return
+        momentum = self.momentum_at(runner.iter + 1, runner.max_iters)
+        self.update(momentum)
+        runner.message_hub.update_scalar('train/momentum', momentum)
+
+
+def _optimizer_stepped(optim_wrapper) -> bool:
+    """Whether the last ``update_params`` stepped the optimizer (False for
+    the accumulating iterations of gradient accumulation)."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
+    if wrappers is not None:  # OptimWrapperDict
+        return any(_optimizer_stepped(w) for w in wrappers.values())
+    should_update = getattr(optim_wrapper, 'should_update', None)
+    return should_update() if callable(should_update) else True

@@ -1,0 +1,133 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import copy
+from collections import OrderedDict
+from typing import List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmpretrain.models.selfsup import BaseSelfSupervisor
+
+from mocoplug.registry import MODELS
+
+
+def build_module(cfg: Union[dict, nn.Module, None]) -> Optional[nn.Module]:
+    """Build a config with mocoplug's MODELS; pass modules and None through."""
+    if cfg is None or isinstance(cfg, nn.Module):
+        return cfg
+    return MODELS.build(cfg)
+
+
+class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
+    """Base of the algorithms with a momentum (key) encoder: MoCo v1/v2/v3.
+
+    The momentum encoder is a copy of ``backbone`` + ``neck`` kept in
+    ``self.momentum_encoder`` (state-dict prefix ``momentum_encoder.``), its
+    parameters frozen. It is NOT updated here: the model declares its
+    (online, momentum) module pairs through :meth:`momentum_pairs` and
+    :class:`~mocoplug.engine.hooks.MomentumUpdateHook` moves each momentum
+    module towards its online one after every optimizer step.
+
+    A run without that hook would train against a key encoder frozen at its
+    initial weights; :meth:`check_momentum_updates` makes the second training
+    step fail instead.
+
+    Args:
+        backbone (dict): Config of the backbone (any mmpretrain backbone).
+        neck (dict): Config of the projection neck.
+        head (dict): Config of the loss head.
+        pretrained (str, optional): Checkpoint of the whole model to load.
+            Defaults to None.
+        data_preprocessor (dict, optional): Config of the data preprocessor;
+            ``SelfSupDataPreprocessor`` if no type is given.
+        init_cfg (dict or list[dict], optional): Initialization config dict.
+    """
+
+    def __init__(self,
+                 backbone: dict,
+                 neck: dict,
+                 head: dict,
+                 pretrained: Optional[str] = None,
+                 data_preprocessor: Optional[dict] = None,
+                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
+        # Built here with mocoplug's registry (a child of mmpretrain's) so
+        # mocoplug's components resolve even when no default scope is set;
+        # mmpretrain's base class would look them up in its own registry.
+        data_preprocessor = dict(data_preprocessor or {})
+        data_preprocessor.setdefault('type', 'SelfSupDataPreprocessor')
+        super().__init__(
+            backbone=build_module(backbone),
+            neck=build_module(neck),
+            head=build_module(head),
+            pretrained=pretrained,
+            data_preprocessor=build_module(data_preprocessor),
+            init_cfg=init_cfg)
+        # Set by MomentumUpdateHook; checked by check_momentum_updates().
+        self.momentum_hook_attached = False
+        self.num_momentum_updates = 0
+        self._num_train_losses = 0
+
+    def build_momentum_encoder(self) -> None:
+        """Create ``self.momentum_encoder`` as a frozen copy of the online
+        backbone and neck. Subclasses call it once their online modules are
+        final (e.g. after converting BN layers)."""
+        self.momentum_encoder = nn.Sequential(
+            OrderedDict(
+                backbone=copy.deepcopy(self.backbone),
+                neck=copy.deepcopy(self.neck)))
+        for param in self.momentum_encoder.parameters():
+            param.requires_grad_(False)
+
+    def momentum_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
+        """The (online, momentum) module pairs MomentumUpdateHook updates."""
+        return [(self.backbone, self.momentum_encoder.backbone),
+                (self.neck, self.momentum_encoder.neck)]
+
+    def init_weights(self) -> None:
+        """Initialise the online modules, then copy them into the momentum
+        encoder so both start from the same weights (as in the paper).
+
+        When the whole model is loaded from a checkpoint (``pretrained`` /
+        a ``Pretrained`` init_cfg), the checkpoint's momentum encoder is
+        kept.
+        """
+        super().init_weights()
+        init_cfg = self.init_cfg if isinstance(self.init_cfg,
+                                               list) else [self.init_cfg]
+        if any(
+                isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'
+                for cfg in init_cfg):
+            return
+        for online, momentum in self.momentum_pairs():
+            momentum.load_state_dict(online.state_dict())
+
+    def check_momentum_updates(self) -> None:
+        """Fail on the second training step if nothing updates the momentum
+        encoder (the first step needs no update: both encoders are equal)."""
+        if not self.training:
+            return
+        self._num_train_losses += 1
+        if (self._num_train_losses >= 2 and self.num_momentum_updates == 0
+                and not self.momentum_hook_attached):
+            raise RuntimeError(
+                f'{type(self).__name__}: the momentum (key) encoder has not '
+                'been updated since training started, so it would stay '
+                'frozen at its initial weights. Add the update hook to the '
+                "config: custom_hooks = [dict(type='MomentumUpdateHook', "
+                'momentum=0.999)] (MoCo v1/v2), or with '
+                "schedule='cosine', momentum=0.99 (MoCo v3).")
+
+    @staticmethod
+    def two_views(inputs: Union[torch.Tensor, List[torch.Tensor]],
+                  algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return the two augmented views of a batch, with a clear error when
+        the pipeline does not produce exactly two."""
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
+            got = (f'{len(inputs)} views' if isinstance(inputs, (list, tuple))
+                   else f'a single {type(inputs).__name__}')
+            raise ValueError(
+                f'{algorithm} needs two augmented views per image but got '
+                f'{got}: wrap the train pipeline in '
+                "dict(type='MultiView', num_views=2, transforms=[...]) "
+                '(or num_views=[1, 1] with two transform lists) before '
+                'PackInputs.')
+        return inputs[0], inputs[1]

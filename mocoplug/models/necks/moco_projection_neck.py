@@ -1,0 +1,111 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmengine.model import BaseModule
+
+from mocoplug.registry import MODELS
+
+
+@MODELS.register_module()
+class MoCoProjectionNeck(BaseModule):
+    """The projection MLP of MoCo v1, v2 and v3, chosen by arguments.
+
+    ``num_layers`` Linear layers; between two of them an optional norm
+    (``with_bn``) and a ReLU; after the last one an optional norm
+    (``with_last_bn``), without affine parameters in MoCo v3. The three
+    versions are:
+
+    - v1, `Momentum Contrast for Unsupervised Visual Representation Learning
+      <https://arxiv.org/abs/1911.05722>`_: ``num_layers=1`` (fc 2048->128).
+    - v2, `Improved Baselines with Momentum Contrastive Learning
+      <https://arxiv.org/abs/2003.04297>`_: ``num_layers=2`` (fc-ReLU-fc
+      2048-2048-128). The layer names (``mlp.0``, ``mlp.2``) match
+      mmpretrain's ``MoCoV2Neck``, so its checkpoints load as they are.
+    - v3, `An Empirical Study of Training Self-Supervised Vision Transformers
+      <https://arxiv.org/abs/2104.02057>`_: ``with_bias=False,
+      with_bn=True, with_last_bn=True, with_last_bn_affine=False``
+      (Linear-BN-ReLU blocks, last BN without affine); the projector has 2
+      (ResNet) or 3 (ViT) layers, the predictor 2 layers and no last BN.
+
+    Args:
+        in_channels (int): Number of input channels.
+        hid_channels (int): Number of hidden channels.
+        out_channels (int): Number of output channels.
+        num_layers (int): Number of Linear layers. Defaults to 2.
+        with_bias (bool): Whether the Linear layers have a bias. Defaults to
+            True.
+        with_bn (bool): Whether a norm layer follows each hidden Linear.
+            Defaults to False.
+        with_last_bn (bool): Whether a norm layer follows the last Linear.
+            Defaults to False.
+        with_last_bn_affine (bool): Whether the last norm layer has learnable
+            affine parameters. Defaults to True.
+        norm_cfg (dict): Config of the norm layers (``SyncBN`` for multi-GPU
+            MoCo v3). Defaults to ``dict(type='BN1d')``.
+        with_avg_pool (bool): Whether to global-average-pool the input
+            feature map first (False for a ViT's class token). Defaults to
+            True.
+        init_cfg (dict or list[dict], optional): Initialization config dict.
+            Defaults to None.
+    """
+
+    def __init__(self,
+                 in_channels: int,
+                 hid_channels: int,
+                 out_channels: int,
+                 num_layers: int = 2,
+                 with_bias: bool = True,
+                 with_bn: bool = False,
+                 with_last_bn: bool = False,
+                 with_last_bn_affine: bool = True,
+                 norm_cfg: dict = dict(type='BN1d'),
+                 with_avg_pool: bool = True,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if num_layers < 1:
+            raise ValueError('MoCoProjectionNeck: `num_layers` must be >= 1, '
+                             f'got {num_layers}')
+        self.with_avg_pool = with_avg_pool
+        if with_avg_pool:
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        layers: List[nn.Module] = []
+        for i in range(num_layers):
+            dim_in = in_channels if i == 0 else hid_channels
+            last = i == num_layers - 1
+            dim_out = out_channels if last else hid_channels
+            layers.append(nn.Linear(dim_in, dim_out, bias=with_bias))
+            if not last:
+                if with_bn:
+                    layers.append(build_norm_layer(norm_cfg, dim_out)[1])
+                layers.append(nn.ReLU(inplace=True))
+            elif with_last_bn:
+                layers.append(
+                    build_norm_layer(
+                        dict(norm_cfg, affine=with_last_bn_affine),
+                        dim_out)[1])
+        self.mlp = nn.Sequential(*layers)
+
+    def forward(self, x: Tuple[torch.Tensor]) -> Tuple[torch.Tensor]:
+        """Project the backbone's feature.
+
+        Args:
+            x (Tuple[torch.Tensor]): A one-element tuple with the backbone's
+                feature map (N, C, H, W), or a (N, C) vector when
+                ``with_avg_pool=False``.
+
+        Returns:
+            Tuple[torch.Tensor]: A one-element tuple with the (N, out)
+            projection.
+        """
+        if len(x) != 1:
+            raise ValueError(
+                f'MoCoProjectionNeck expects one feature map, got {len(x)}: '
+                'set the backbone to output only its last stage (e.g. '
+                'out_indices=(3, ) for ResNet, out_indices=-1 for ViT)')
+        feat = x[0]
+        if self.with_avg_pool:
+            feat = self.avgpool(feat)
+        return (self.mlp(feat.flatten(1)), )

@@ -1,0 +1,119 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from mocoplug.registry import MODELS
+
+
+@MODELS.register_module('SplitBN')
+class SplitBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics come from ``num_splits`` slices
+    of the batch, as if each slice sat on its own GPU.
+
+    This is how the MoCo authors reproduce Shuffle BN on a single GPU (the
+    ``SplitBatchNorm`` of their CIFAR-10 demo of `Momentum Contrast for
+    Unsupervised Visual Representation Learning
+    <https://arxiv.org/abs/1911.05722>`_): with the key batch shuffled before
+    the key encoder, a query and its positive key are normalised with the
+    statistics of different sub-batches, so BN cannot leak which key is the
+    positive.
+
+    Sample ``i`` belongs to slice ``i % num_splits``. The fast path folds
+    the slices into channels (one ``batch_norm`` call); a batch that does
+    not divide evenly (e.g. a short last batch) is normalised slice by
+    slice. Running statistics are the mean of the slices' updates. In eval
+    mode it is a plain BatchNorm2d; its state dict is that of a BatchNorm2d.
+
+    Args:
+        num_features (int): Number of channels C.
+        num_splits (int): Number of slices the batch is cut into. Defaults
+            to 8.
+        **kwargs: Other arguments of :class:`torch.nn.BatchNorm2d`.
+    """
+
+    def __init__(self, num_features: int, num_splits: int = 8, **kwargs):
+        super().__init__(num_features, **kwargs)
+        if num_splits < 1:
+            raise ValueError(
+                f'SplitBatchNorm2d: num_splits must be >= 1, got {num_splits}')
+        self.num_splits = num_splits
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.num_splits == 1:
+            return super().forward(x)
+        n, c = x.shape[:2]
+        splits = self.num_splits
+        if n < splits:
+            raise ValueError(
+                f'SplitBatchNorm2d: a batch of {n} cannot be cut into '
+                f'{splits} slices; raise the batch size or lower num_splits')
+        momentum = self.momentum
+        if self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if momentum is None:  # cumulative moving average, as nn.BatchNorm
+                momentum = 1.0 / float(self.num_batches_tracked)
+        if n % splits == 0:
+            mean = self.running_mean.repeat(splits)
+            var = self.running_var.repeat(splits)
+            out = F.batch_norm(
+                x.reshape(n // splits, c * splits, *x.shape[2:]), mean, var,
+                self.weight.repeat(splits) if self.affine else None,
+                self.bias.repeat(splits) if self.affine else None, True,
+                momentum, self.eps).view_as(x)
+            self._store_running(mean.view(splits, c), var.view(splits, c))
+            return out
+        out = torch.empty_like(x)
+        means, vars_ = [], []
+        for g in range(splits):
+            mean, var = self.running_mean.clone(), self.running_var.clone()
+            out[g::splits] = F.batch_norm(x[g::splits], mean, var, self.weight,
+                                          self.bias, True, momentum, self.eps)
+            means.append(mean)
+            vars_.append(var)
+        self._store_running(torch.stack(means), torch.stack(vars_))
+        return out
+
+    @torch.no_grad()
+    def _store_running(self, means: torch.Tensor, vars_: torch.Tensor):
+        if self.track_running_stats:
+            self.running_mean.copy_(means.mean(0))
+            self.running_var.copy_(vars_.mean(0))
+
+    @classmethod
+    def convert(cls, module: nn.Module, num_splits: int) -> nn.Module:
+        """Replace every ``nn.BatchNorm2d`` in ``module`` by a split one.
+
+        Parameters and buffers are shared, not copied, so the converted
+        module trains the same weights and keeps the same state dict keys.
+        ``SyncBatchNorm`` and other norms are left alone.
+
+        Args:
+            module (nn.Module): The module to convert in place.
+            num_splits (int): Number of slices.
+
+        Returns:
+            nn.Module: ``module`` itself, or the new layer if ``module`` is
+            a BatchNorm2d.
+        """
+        if type(module) is nn.BatchNorm2d:
+            new = cls(
+                module.num_features,
+                num_splits,
+                eps=module.eps,
+                momentum=module.momentum,
+                affine=module.affine,
+                track_running_stats=module.track_running_stats)
+            if module.affine:
+                new.weight, new.bias = module.weight, module.bias
+            if module.track_running_stats:
+                new.running_mean = module.running_mean
+                new.running_var = module.running_var
+                new.num_batches_tracked = module.num_batches_tracked
+            new.train(module.training)
+            return new
+        for name, child in module.named_children():
+            new_child = cls.convert(child, num_splits)
+            if new_child is not child:
+                setattr(module, name, new_child)
+        return module

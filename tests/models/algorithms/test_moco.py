@@ -1,0 +1,257 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
+from mmpretrain.structures import DataSample
+
+from mocoplug.engine.hooks import MomentumUpdateHook
+from mocoplug.models import MoCo, SplitBatchNorm2d
+
+BACKBONE = dict(
+    type='ResNet',
+    depth=18,
+    stem_channels=16,
+    base_channels=16,
+    out_indices=(3, ))
+
+
+def tiny_moco(**kwargs):
+    cfg = dict(
+        backbone=BACKBONE,
+        neck=dict(
+            type='MoCoProjectionNeck',
+            in_channels=128,
+            hid_channels=128,
+            out_channels=32),
+        head=dict(type='InfoNCEHead', temperature=0.2),
+        queue=dict(type='NegativeKeyQueue', size=64, dim=32),
+        shuffle_bn='none')
+    cfg.update(kwargs)
+    model = MoCo(**cfg)
+    model.init_weights()
+    return model
+
+
+def samples(ids):
+    return [DataSample(metainfo=dict(sample_idx=int(i))) for i in ids]
+
+
+def test_encoders_start_equal_and_key_encoder_is_frozen():
+    model = tiny_moco()
+    for (online, momentum) in model.momentum_pairs():
+        for a, b in zip(online.state_dict().values(),
+                        momentum.state_dict().values()):
+            assert torch.equal(a, b)
+    assert not any(p.requires_grad
+                   for p in model.momentum_encoder.parameters())
+    keys = model.state_dict().keys()
+    assert any(k.startswith('momentum_encoder.backbone.') for k in keys)
+    assert {'queue.keys', 'queue.ptr'} <= set(keys)
+
+
+def test_tensor_mode_extracts_backbone_features():
+    model = tiny_moco()
+    feats = model(torch.randn(2, 3, 32, 32), mode='tensor')
+    assert len(feats) == 1 and feats[0].shape == (2, 128, 1, 1)
+
+
+def test_loss_equals_a_hand_computation():
+    torch.manual_seed(0)
+    model = tiny_moco()
+    im_q, im_k = torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)
+    queue_before = model.queue.keys.clone()
+    out = model.loss([im_q, im_k], samples(range(4)))
+    with torch.no_grad():
+        q = F.normalize(model.neck(model.backbone(im_q))[0], dim=1)
+        k = F.normalize(model.momentum_encoder(im_k)[0], dim=1)
+        logits = torch.cat(
+            [(q * k).sum(1, keepdim=True), q @ queue_before.t()], 1) / 0.2
+        expected = F.cross_entropy(logits, torch.zeros(4, dtype=torch.long))
+    assert out['loss'].item() == pytest.approx(expected.item(), rel=1e-5)
+    # the batch's keys were enqueued after the loss
+    assert torch.allclose(model.queue.keys[:4], k, atol=1e-6)
+    assert int(model.queue.ptr) == 4
+
+
+def test_parity_with_mmpretrain_moco_over_sgd_steps():
+    """Same weights, inputs and queue: mmpretrain 1.2.0's MoCo and ours give
+    the same losses and key encoder over several SGD steps. mmpretrain's
+    momentum=0.001 is our m=0.999 (opposite conventions)."""
+    torch.manual_seed(0)
+    ours = tiny_moco()
+    theirs = MMPretrainMoCo(
+        backbone=BACKBONE,
+        neck=dict(
+            type='MoCoV2Neck',
+            in_channels=128,
+            hid_channels=128,
+            out_channels=32),
+        head=dict(
+            type='ContrastiveHead',
+            loss=dict(type='CrossEntropyLoss'),
+            temperature=0.2),
+        queue_len=64,
+        feat_dim=32,
+        momentum=0.001)
+    theirs.backbone.load_state_dict(ours.backbone.state_dict())
+    theirs.neck.load_state_dict(ours.neck.state_dict())
+    theirs.queue.copy_(ours.queue.keys.t())
+    hook = MomentumUpdateHook(momentum=0.999)
+    hook.attach(ours)
+
+    def sgd(model):
+        params = [p for p in model.parameters() if p.requires_grad]
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+    opt_ours, opt_theirs = sgd(ours), sgd(theirs)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        views = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+        loss_ours = ours.loss([v.clone() for v in views], samples(range(8)))
+        loss_theirs = theirs.loss([v.clone() for v in views], None)
+        assert loss_ours['loss'].item() == pytest.approx(
+            loss_theirs['loss'].item(), rel=1e-5, abs=1e-6)
+        for model, opt, loss in ((ours, opt_ours, loss_ours['loss']),
+                                 (theirs, opt_theirs, loss_theirs['loss'])):
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        hook.update(0.999)
+    # mmpretrain updates its key encoder at the start of the next forward;
+    # ours right after the step: one more forward brings them level.
+    theirs.loss([torch.randn(8, 3, 32, 32) for _ in range(2)], None)
+    key_ours = dict(ours.momentum_encoder.named_parameters())
+    key_theirs = dict(theirs.encoder_k.module.named_parameters())
+    assert len(key_ours) == len(key_theirs)
+    for (name, p_ours), p_theirs in zip(key_ours.items(), key_theirs.values()):
+        assert torch.allclose(p_ours, p_theirs, atol=1e-6), name
+    # the key encoder really moved away from its initial weights
+    assert not torch.allclose(ours.momentum_encoder.neck.mlp[0].weight,
+                              tiny_moco().neck.mlp[0].weight)
+
+
+def test_exclude_same_instance_masks_older_keys_of_the_same_image():
+    torch.manual_seed(0)
+    model = tiny_moco(
+        queue=dict(
+            type='NegativeKeyQueue',
+            size=64,
+            dim=32,
+            exclude_same_instance=True))
+    views = [torch.randn(4, 3, 32, 32) for _ in range(2)]
+    model.loss(views, samples([0, 1, 2, 3]))
+    model.num_momentum_updates = 1  # no hook in this unit test
+    queue_before = model.queue.keys.clone()
+    out = model.loss(views, samples([2, 3, 4, 5]))
+    with torch.no_grad():
+        q = F.normalize(model.neck(model.backbone(views[0]))[0], dim=1)
+        k = F.normalize(model.momentum_encoder(views[1])[0], dim=1)
+        losses = []
+        for i, image in enumerate([2, 3, 4, 5]):
+            # slots 0..3 hold the previous keys of images 0..3
+            keep = [j for j in range(64) if not (j < 4 and j == image)]
+            logits = torch.cat([(q[i] * k[i]).sum().view(1),
+                                queue_before[keep] @ q[i]]) / 0.2
+            losses.append(-F.log_softmax(logits, 0)[0])
+    assert out['loss'].item() == pytest.approx(
+        torch.stack(losses).mean().item(), rel=1e-5)
+    assert model.queue.ids[4:8].tolist() == [2, 3, 4, 5]
+
+
+def test_exclude_same_instance_needs_sample_idx():
+    model = tiny_moco(
+        queue=dict(
+            type='NegativeKeyQueue',
+            size=64,
+            dim=32,
+            exclude_same_instance=True))
+    with pytest.raises(ValueError, match='sample_idx'):
+        model.loss([torch.randn(2, 3, 32, 32)] * 2, [DataSample()] * 2)
+
+
+def test_split_shuffle_bn_converts_both_encoders_and_unshuffles_keys():
+    torch.manual_seed(0)
+    model = tiny_moco(shuffle_bn='split', num_splits=2)
+    assert type(model.backbone.bn1) is SplitBatchNorm2d
+    assert type(model.momentum_encoder.backbone.bn1) is SplitBatchNorm2d
+    images = torch.randn(8, 3, 32, 32)
+    torch.manual_seed(5)
+    keys = model.encode_keys(images)
+    torch.manual_seed(5)
+    perm = torch.randperm(8)
+    with torch.no_grad():
+        shuffled = F.normalize(model.momentum_encoder(images[perm])[0], dim=1)
+    expected = torch.empty_like(shuffled)
+    expected[perm] = shuffled
+    assert torch.allclose(keys, expected, atol=1e-6)
+    # the shuffle matters: without it the slices hold other images
+    with torch.no_grad():
+        unshuffled = F.normalize(model.momentum_encoder(images)[0], dim=1)
+    assert not torch.allclose(keys, unshuffled, atol=1e-4)
+
+
+def test_bad_configs_name_the_field():
+    with pytest.raises(ValueError, match="shuffle_bn must be one of"):
+        tiny_moco(shuffle_bn='sync')
+    with pytest.raises(ValueError, match="shuffle_bn='split' found no"):
+        tiny_moco(
+            backbone=dict(BACKBONE, norm_cfg=dict(type='GN', num_groups=4)),
+            shuffle_bn='split')
+    model = tiny_moco()
+    with pytest.raises(ValueError, match='MultiView'):
+        model.loss(torch.randn(2, 3, 32, 32), None)
+
+
+def test_second_step_without_the_hook_fails_loudly():
+    model = tiny_moco()
+    views = [torch.randn(2, 3, 32, 32) for _ in range(2)]
+    model.loss(views, samples(range(2)))
+    with pytest.raises(RuntimeError, match='MomentumUpdateHook'):
+        model.loss(views, samples(range(2)))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _shuffle_bn_worker(rank: int, port: int, out_dir: str):
+    import torch.distributed as dist
+    dist.init_process_group(
+        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = tiny_moco(shuffle_bn='ddp')
+    images = torch.randn(2, 4, 3, 32, 32)  # same on both ranks
+    torch.manual_seed(123)
+    keys = model.encode_keys(images[rank])
+    torch.save(
+        dict(keys=keys, state=model.momentum_encoder.state_dict()),
+        os.path.join(out_dir, f'{rank}.pth'))
+    dist.destroy_process_group()
+
+
+def test_ddp_shuffle_bn_on_two_ranks(tmp_path):
+    """Each rank encodes a shuffled half of the global key batch and gets
+    back the keys of its own images, in order."""
+    mp.spawn(_shuffle_bn_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    torch.manual_seed(0)
+    model = tiny_moco(shuffle_bn='ddp')
+    images = torch.randn(2, 4, 3, 32, 32).view(8, 3, 32, 32)
+    torch.manual_seed(123)
+    perm = torch.randperm(8)  # rank 0 draws it and broadcasts it
+    with torch.no_grad():
+        halves = [
+            F.normalize(model.momentum_encoder(images[perm[:4]])[0], dim=1),
+            F.normalize(model.momentum_encoder(images[perm[4:]])[0], dim=1)
+        ]
+    expected = torch.empty(8, 32)
+    expected[perm] = torch.cat(halves)
+    for rank in range(2):
+        keys = torch.load(tmp_path / f'{rank}.pth')['keys']
+        assert torch.allclose(keys, expected[4 * rank:4 * rank + 4], atol=1e-5)

@@ -1,0 +1,76 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+
+import pytest
+import torch
+from mmpretrain.models.heads import ContrastiveHead
+
+from mocoplug.models import InfoNCEHead
+
+
+def hand_info_nce(pos, neg, t):
+    """-log(exp(pos/t) / (exp(pos/t) + sum exp(neg/t))), averaged."""
+    losses = []
+    for p, row in zip(pos.tolist(), neg.tolist()):
+        num = math.exp(p[0] / t)
+        den = num + sum(math.exp(v / t) for v in row)
+        losses.append(-math.log(num / den))
+    return sum(losses) / len(losses)
+
+
+def test_loss_equals_a_hand_computation():
+    torch.manual_seed(0)
+    pos, neg = torch.rand(4, 1) * 2 - 1, torch.rand(4, 6) * 2 - 1
+    out = InfoNCEHead(temperature=0.2).loss(pos, neg)
+    assert out['loss'].item() == pytest.approx(
+        hand_info_nce(pos, neg, 0.2), rel=1e-5)
+
+
+def test_loss_equals_mmpretrain_contrastive_head():
+    torch.manual_seed(1)
+    pos, neg = torch.randn(8, 1), torch.randn(8, 100)
+    ours = InfoNCEHead(temperature=0.07).loss(pos, neg)['loss']
+    ref = ContrastiveHead(
+        loss=dict(type='CrossEntropyLoss'),
+        temperature=0.07).loss(pos.clone(), neg.clone())
+    assert torch.allclose(ours, ref)
+
+
+def test_random_guessing_gives_log_k_plus_one():
+    pos, neg = torch.zeros(3, 1), torch.zeros(3, 4095)
+    out = InfoNCEHead(temperature=0.2).loss(pos, neg)
+    assert out['loss'].item() == pytest.approx(math.log(4096), rel=1e-6)
+
+
+def test_contrastive_accuracy_counts_positives_above_every_negative():
+    pos = torch.tensor([[0.9], [0.1], [0.5], [0.2]])
+    neg = torch.tensor([[0.1, 0.2], [0.3, 0.0], [0.4, 0.6], [-1., 0.1]])
+    out = InfoNCEHead().loss(pos, neg)
+    assert out['contrast_acc'].item() == pytest.approx(50.0)
+    assert not out['contrast_acc'].requires_grad
+
+
+def test_masked_negatives_leave_the_loss_and_the_accuracy():
+    pos = torch.tensor([[0.5], [0.2]])
+    neg = torch.tensor([[0.9, 0.1, 0.3], [0.0, 0.8, 0.1]])
+    mask = torch.tensor([[True, False, False], [False, True, False]])
+    head = InfoNCEHead(temperature=0.1)
+    out = head.loss(pos, neg, mask)
+    kept = torch.tensor([[0.1, 0.3], [0.0, 0.1]])
+    assert out['loss'].item() == pytest.approx(
+        hand_info_nce(pos, kept, 0.1), rel=1e-5)
+    assert out['contrast_acc'].item() == 100.0
+
+
+def test_loss_weight_scales_the_loss():
+    pos, neg = torch.randn(4, 1), torch.randn(4, 8)
+    plain = InfoNCEHead(temperature=0.2).loss(pos, neg)['loss']
+    scaled = InfoNCEHead(
+        temperature=0.2, loss=dict(type='CrossEntropyLoss',
+                                   loss_weight=0.4)).loss(pos, neg)
+    assert torch.allclose(scaled['loss'], plain * 0.4)
+
+
+def test_bad_temperature():
+    with pytest.raises(ValueError, match='temperature'):
+        InfoNCEHead(temperature=0)

@@ -1,0 +1,135 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from mocoplug.models import NegativeKeyQueue
+
+
+def reference_queue(queue: NegativeKeyQueue, batches):
+    """What the queue must hold: the initial keys, then each key written one
+    at a time into a ring of `size` slots."""
+    slots = [row.clone() for row in queue.keys]
+    ptr = 0
+    for batch in batches:
+        for key in batch:
+            slots[ptr] = key
+            ptr = (ptr + 1) % queue.size
+    return torch.stack(slots), ptr
+
+
+def test_init_is_normalised_and_persistent():
+    queue = NegativeKeyQueue(size=10, dim=4, exclude_same_instance=True)
+    assert queue.keys.shape == (10, 4)
+    assert torch.allclose(queue.keys.norm(dim=1), torch.ones(10))
+    assert int(queue.ptr) == 0
+    assert set(queue.state_dict()) == {'keys', 'ptr', 'ids'}
+    assert (queue.ids == -1).all()
+
+
+@pytest.mark.parametrize('batch_sizes',
+                         [[3, 4], [5, 5, 5], [7], [2, 9, 1], [12, 3]])
+def test_wrap_around_and_batches_larger_than_the_queue(batch_sizes):
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=5, dim=3)
+    batches = [torch.randn(n, 3) for n in batch_sizes]
+    expected, expected_ptr = reference_queue(queue, batches)
+    for batch in batches:
+        queue.enqueue(batch)
+    assert torch.equal(queue.keys, expected)
+    assert int(queue.ptr) == expected_ptr
+
+
+def test_hand_written_wrap_around():
+    queue = NegativeKeyQueue(size=4, dim=1)
+    queue.enqueue(torch.tensor([[1.], [2.], [3.]]))
+    queue.enqueue(torch.tensor([[4.], [5.]]))  # 4 -> slot 3, 5 -> slot 0
+    assert queue.keys.flatten().tolist() == [5., 2., 3., 4.]
+    assert int(queue.ptr) == 1
+    queue.enqueue(torch.arange(10., 16.).view(6, 1))  # keeps 12..15
+    # 10 -> 1, 11 -> 2, 12 -> 3, 13 -> 0, 14 -> 1, 15 -> 2
+    assert queue.keys.flatten().tolist() == [13., 14., 15., 12.]
+    assert int(queue.ptr) == 3
+
+
+def test_forward_returns_a_snapshot():
+    queue = NegativeKeyQueue(size=4, dim=2)
+    snapshot = queue()
+    queue.enqueue(torch.ones(2, 2))
+    assert not torch.equal(snapshot, queue.keys)
+
+
+def test_half_precision_keys_are_stored_in_float32():
+    queue = NegativeKeyQueue(size=4, dim=2)
+    queue.enqueue(torch.ones(2, 2, dtype=torch.float16))
+    assert queue.keys.dtype == torch.float32
+    assert torch.equal(queue.keys[:2], torch.ones(2, 2))
+
+
+def test_same_instance_mask():
+    queue = NegativeKeyQueue(size=4, dim=2, exclude_same_instance=True)
+    queue.enqueue(torch.randn(3, 2), ids=torch.tensor([7, 8, 7]))
+    mask = queue.same_instance_mask(torch.tensor([7, 9]))
+    assert mask.tolist() == [[True, False, True, False],
+                             [False, False, False, False]]
+    assert NegativeKeyQueue(
+        size=4, dim=2).same_instance_mask(torch.tensor([1])) is None
+
+
+def test_bad_input_names_the_fix():
+    queue = NegativeKeyQueue(size=4, dim=2, exclude_same_instance=True)
+    with pytest.raises(ValueError, match="out_channels"):
+        queue.enqueue(torch.randn(3, 5), ids=torch.arange(3))
+    with pytest.raises(ValueError, match='sample_idx'):
+        queue.enqueue(torch.randn(3, 2))
+    with pytest.raises(ValueError, match='size'):
+        NegativeKeyQueue(size=0, dim=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _gather_worker(rank: int, world_size: int, port: int, out_dir: str):
+    import torch.distributed as dist
+    dist.init_process_group(
+        'gloo',
+        init_method=f'tcp://127.0.0.1:{port}',
+        rank=rank,
+        world_size=world_size)
+    torch.manual_seed(0)  # same initial queue on both ranks
+    queue = NegativeKeyQueue(size=8, dim=3, exclude_same_instance=True)
+    gen = torch.Generator().manual_seed(100 + rank)  # different keys
+    for step in range(3):
+        keys = torch.randn(3, 3, generator=gen)
+        queue.enqueue(keys, ids=torch.arange(3) + 10 * rank + 100 * step)
+    torch.save(dict(queue.state_dict()), os.path.join(out_dir, f'{rank}.pth'))
+    dist.destroy_process_group()
+
+
+def test_gather_leaves_identical_queues_on_two_ranks(tmp_path):
+    mp.spawn(_gather_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    q0 = torch.load(tmp_path / '0.pth')
+    q1 = torch.load(tmp_path / '1.pth')
+    for name in ('keys', 'ptr', 'ids'):
+        assert torch.equal(q0[name], q1[name])
+    # 3 steps x 2 ranks x 3 keys = 18 writes into 8 slots: ptr = 18 % 8
+    assert int(q0['ptr']) == 2
+    # the rank-0 keys of a step precede the rank-1 keys (gather order)
+    torch.manual_seed(0)
+    reference = NegativeKeyQueue(size=8, dim=3)
+    gens = [torch.Generator().manual_seed(100 + r) for r in range(2)]
+    batches = []
+    for _ in range(3):
+        batches.append(
+            torch.cat([torch.randn(3, 3, generator=g) for g in gens]))
+    expected, _ = reference_queue(reference, batches)
+    assert torch.equal(q0['keys'], expected)
+    # writes in order: ids 0,1,2 (rank 0), 10,11,12 (rank 1), 100, ...;
+    # write w lands in slot w % 8, so slots 0..7 hold writes 16,17,10..15
+    assert q0['ids'].tolist() == [211, 212, 111, 112, 200, 201, 202, 210]
