@@ -14,7 +14,7 @@ import sys
 from setuptools import find_packages, setup
 
 ROOT = osp.dirname(osp.abspath(__file__))
-MIM_FILES = ['configs', 'tools']
+MIM_FILES = ['configs', 'tools', 'model-index.yml']
 
 
 def get_version() -> str:
@@ -36,7 +36,7 @@ def parse_requirements(fname: str) -> list:
 
 
 def add_mim_extension() -> None:
-    """Place configs/ and tools/ under mocoplug/.mim.
+    """Place configs/, tools/ and model-index.yml under mocoplug/.mim.
 
     Develop (editable) installs symlink them so edits show up at once; other
     builds copy them so they end up inside the wheel.
@@ -59,10 +59,14 @@ def add_mim_extension() -> None:
         elif osp.isdir(dst):
             shutil.rmtree(dst)
         if mode == 'symlink':
-            os.symlink(
-                osp.relpath(src, mim_path), dst, target_is_directory=True)
+            os.symlink(osp.relpath(src, mim_path), dst)
+        elif osp.isdir(src):
+            shutil.copytree(
+                src,
+                dst,
+                ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
         else:
-            shutil.copytree(src, dst)
+            shutil.copyfile(src, dst)
 
 
 if __name__ == '__main__':
@@ -82,8 +86,8 @@ if __name__ == '__main__':
         include_package_data=True,
         package_data={
             'mocoplug': [
-                '.mim/configs/**/*', '.mim/tools/**/*', '.mim/configs/*',
-                '.mim/tools/*'
+                '.mim/model-index.yml', '.mim/configs/*.py',
+                '.mim/configs/*/*.py', '.mim/tools/*.py', '.mim/tools/*.sh'
             ]
         },
         install_requires=parse_requirements('requirements/runtime.txt'),

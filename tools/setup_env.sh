@@ -83,7 +83,7 @@ say "2/5 build tools (pip, setuptools>=77.0.3,<82, wheel)"
 
 # ---------------------------------------------------------------- 3. torch & co
 say "3/5 torch, torchvision, mmengine and test tools (pinned; torch is large, this can take minutes)"
-"${PIP[@]}" --progress-bar off \
+"${PIP[@]}" -q \
   -c "$ROOT/requirements/tested.txt" \
   torch torchvision mmengine -r "$ROOT/requirements/tests.txt" "setuptools>=77.0.3,<82" \
   || fail "installing torch/torchvision/mmengine" "$0"

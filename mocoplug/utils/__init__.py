@@ -1,5 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
                                 trusted_globals)
+from .config_packages import register_config_package
+from .mmcv_compat import patch_adjust_hue
+from .setup_env import register_all_modules
 
-__all__ = ['load_from_local', 'register_checkpoint_loader', 'trusted_globals']
+__all__ = [
+    'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
+    'patch_adjust_hue', 'register_config_package', 'register_all_modules'
+]
