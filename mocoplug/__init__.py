@@ -16,7 +16,8 @@ register_config_package()
 patch_adjust_hue()
 
 # isort: off
-from . import datasets, engine, models  # noqa: E402,F401
+from . import datasets, engine, evaluation, models  # noqa: E402,F401
+from . import visualization  # noqa: E402,F401
 # isort: on
 
 __all__ = ['__version__', 'version_info']

@@ -91,46 +91,60 @@ def tiny_moco_runner_cfg():
 
     def make(work_dir, max_iters=3, hooks=None, **overrides):
         view = [
-            dict(type='RandomResizedCrop', scale=32, crop_ratio_range=(0.5,
-                                                                       1.)),
+            dict(
+                type='RandomResizedCrop', scale=32,
+                crop_ratio_range=(0.5, 1.)),
             dict(type='RandomFlip', prob=0.5),
         ]
         cfg = dict(
             model=dict(
                 type='MoCo',
                 data_preprocessor=dict(
-                    type='SelfSupDataPreprocessor', mean=[127.5] * 3,
-                    std=[127.5] * 3, to_rgb=False),
+                    type='SelfSupDataPreprocessor',
+                    mean=[127.5] * 3,
+                    std=[127.5] * 3,
+                    to_rgb=False),
                 backbone=dict(
-                    type='ResNet', depth=18, stem_channels=16,
-                    base_channels=16, out_indices=(3, )),
-                neck=dict(type='MoCoProjectionNeck', in_channels=128,
-                          hid_channels=128, out_channels=32),
+                    type='ResNet',
+                    depth=18,
+                    stem_channels=16,
+                    base_channels=16,
+                    out_indices=(3, )),
+                neck=dict(
+                    type='MoCoProjectionNeck',
+                    in_channels=128,
+                    hid_channels=128,
+                    out_channels=32),
                 head=dict(type='InfoNCEHead', temperature=0.2),
                 queue=dict(type='NegativeKeyQueue', size=48, dim=32),
-                shuffle_bn='split', num_splits=2),
+                shuffle_bn='split',
+                num_splits=2),
             work_dir=str(work_dir),
             train_dataloader=dict(
                 dataset=dict(
-                    type='DigitsDataset', split='train', with_label=False,
-                    indices=32, pipeline=[
-                        dict(type='MultiView', num_views=2,
-                             transforms=[view]),
+                    type='DigitsDataset',
+                    split='train',
+                    with_label=False,
+                    indices=32,
+                    pipeline=[
+                        dict(type='MultiView', num_views=2, transforms=[view]),
                         dict(type='PackInputs')
                     ]),
                 sampler=dict(type='DefaultSampler', shuffle=True),
-                batch_size=8, num_workers=0,
+                batch_size=8,
+                num_workers=0,
                 collate_fn=dict(type='default_collate')),
             train_cfg=dict(by_epoch=False, max_iters=max_iters),
             optim_wrapper=dict(
-                optimizer=dict(type='SGD', lr=0.03, momentum=0.9,
-                               weight_decay=1e-4)),
+                optimizer=dict(
+                    type='SGD', lr=0.03, momentum=0.9, weight_decay=1e-4)),
             custom_hooks=hooks if hooks is not None else
             [dict(type='MomentumUpdateHook', momentum=0.99)],
             default_hooks=dict(
                 logger=dict(type='LoggerHook', interval=1),
-                checkpoint=dict(type='CheckpointHook', interval=max_iters,
-                                by_epoch=False)),
+                checkpoint=dict(
+                    type='CheckpointHook', interval=max_iters,
+                    by_epoch=False)),
             env_cfg=dict(dist_cfg=dict(backend='gloo')),
             randomness=dict(seed=0),
             log_level='WARNING',
@@ -140,3 +154,41 @@ def tiny_moco_runner_cfg():
         return Config(cfg)
 
     return make
+
+
+@pytest.fixture
+def load_tool():
+    """Import a script of tools/ as a module (tools/ is not a package)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def load(name):
+        path = os.path.join(root, 'tools', f'{name}.py')
+        spec = importlib.util.spec_from_file_location(f'tools_{name}', path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+@pytest.fixture(scope='session')
+def image_folder(tmp_path_factory):
+    """Real images on disk: 8 scikit-learn digits per class for classes
+    0 and 1, as 64 px PNGs in one sub-folder per class (mmpretrain's
+    CustomDataset layout; with_label=False just ignores the folders)."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    root = tmp_path_factory.mktemp('images')
+    digits = load_digits()
+    for cls in (0, 1):
+        folder = root / f'class_{cls}'
+        folder.mkdir()
+        for n, i in enumerate(np.flatnonzero(digits.target == cls)[:8]):
+            gray = np.clip(digits.images[i] * 16, 0, 255).astype(np.uint8)
+            Image.fromarray(gray).resize(
+                (64, 64)).convert('RGB').save(folder / f'{n}.png')
+    return str(root)

@@ -3,9 +3,11 @@ from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
                                 trusted_globals)
 from .config_packages import register_config_package
 from .mmcv_compat import patch_adjust_hue
+from .pretrained import fill_pretrained
 from .setup_env import register_all_modules
 
 __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
-    'patch_adjust_hue', 'register_config_package', 'register_all_modules'
+    'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
+    'register_all_modules'
 ]

@@ -9,10 +9,14 @@ from mocoplug.datasets import DigitsDataset
 def test_splits_are_disjoint_stratified_and_cover_everything():
     train = DigitsDataset(split='train')
     test = DigitsDataset(split='test')
-    train_idx = {train.get_data_info(i)['digits_index']
-                 for i in range(len(train))}
-    test_idx = {test.get_data_info(i)['digits_index']
-                for i in range(len(test))}
+    train_idx = {
+        train.get_data_info(i)['digits_index']
+        for i in range(len(train))
+    }
+    test_idx = {
+        test.get_data_info(i)['digits_index']
+        for i in range(len(test))
+    }
     assert not train_idx & test_idx
     assert len(train_idx | test_idx) == len(DigitsDataset(split='all')) \
         == 1797

@@ -50,8 +50,8 @@ def test_schedule_endpoints():
     assert cosine.momentum_at(50, 100) == pytest.approx(0.995)
     assert cosine.momentum_at(100, 100) == pytest.approx(1.0)
     # m_t = 1 - (1 - m0) (cos(pi t / T) + 1) / 2
-    assert cosine.momentum_at(30, 100) == pytest.approx(
-        1 - 0.01 * (math.cos(math.pi * 0.3) + 1) / 2)
+    assert cosine.momentum_at(
+        30, 100) == pytest.approx(1 - 0.01 * (math.cos(math.pi * 0.3) + 1) / 2)
 
 
 def test_mmpretrain_convention_is_refused_with_the_fix():
@@ -76,32 +76,41 @@ class RecordQueryParamsHook(Hook):
     def before_train(self, runner):
         self.history = [self.snapshot(runner)]
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         self.history.append(self.snapshot(runner))
 
     @staticmethod
     def snapshot(runner):
         model = runner.model
-        return [p.detach().clone() for online, _ in model.momentum_pairs()
-                for p in online.parameters()]
+        return [
+            p.detach().clone() for online, _ in model.momentum_pairs()
+            for p in online.parameters()
+        ]
 
 
 def test_hook_in_a_real_runner(tmp_path, tiny_moco_runner_cfg):
     cfg = tiny_moco_runner_cfg(
-        tmp_path, max_iters=3, hooks=[
+        tmp_path,
+        max_iters=3,
+        hooks=[
             dict(type='MomentumUpdateHook', momentum=0.9),
             dict(type='RecordQueryParamsHook')
         ])
     runner = Runner.from_cfg(cfg)
     runner.train()
-    record = next(h for h in runner.hooks
-                  if isinstance(h, RecordQueryParamsHook))
+    record = next(
+        h for h in runner.hooks if isinstance(h, RecordQueryParamsHook))
     expected = record.history[0]  # both encoders start equal
     for params in record.history[1:]:
         expected = [0.9 * k + 0.1 * q for k, q in zip(expected, params)]
-    actual = [p for _, target in runner.model.momentum_pairs()
-              for p in target.parameters()]
+    actual = [
+        p for _, target in runner.model.momentum_pairs()
+        for p in target.parameters()
+    ]
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         assert torch.allclose(a, e, atol=1e-6)
@@ -113,17 +122,18 @@ def test_hook_in_a_real_runner(tmp_path, tiny_moco_runner_cfg):
 def test_cosine_schedule_and_gradient_accumulation(tmp_path,
                                                    tiny_moco_runner_cfg):
     cfg = tiny_moco_runner_cfg(
-        tmp_path, max_iters=4,
-        hooks=[dict(type='MomentumUpdateHook', momentum=0.99,
-                    schedule='cosine')])
+        tmp_path,
+        max_iters=4,
+        hooks=[
+            dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')
+        ])
     cfg.optim_wrapper.accumulative_counts = 2
     runner = Runner.from_cfg(cfg)
     runner.train()
     # one update per real optimizer step: after iterations 1 and 3
     assert runner.model.num_momentum_updates == 2
     logged = runner.message_hub.get_scalar('train/momentum').data[0]
-    expected = [1 - 0.01 * (math.cos(math.pi * t / 4) + 1) / 2
-                for t in (2, 4)]
+    expected = [1 - 0.01 * (math.cos(math.pi * t / 4) + 1) / 2 for t in (2, 4)]
     assert logged.tolist() == pytest.approx(expected)
 
 
@@ -139,29 +149,37 @@ class CrashAfterHook(Hook):
     def __init__(self, after):
         self.after = after
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         if runner.iter + 1 == self.after:
             raise SimulatedCrash
 
 
 def test_resume_continues_the_schedule(tmp_path, tiny_moco_runner_cfg):
-    hooks = [dict(type='MomentumUpdateHook', momentum=0.99,
-                  schedule='cosine')]
+    hooks = [dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')]
     first = tiny_moco_runner_cfg(
-        tmp_path / 'a', max_iters=4,
+        tmp_path / 'a',
+        max_iters=4,
         hooks=hooks + [dict(type='CrashAfterHook', after=2)])
     first.default_hooks.checkpoint.interval = 2
     with pytest.raises(SimulatedCrash):
         Runner.from_cfg(first).train()
     ckpt = tmp_path / 'a' / 'iter_2.pth'
-    second = tiny_moco_runner_cfg(tmp_path / 'b', max_iters=4, hooks=hooks,
-                                  resume=True, load_from=str(ckpt))
+    second = tiny_moco_runner_cfg(
+        tmp_path / 'b',
+        max_iters=4,
+        hooks=hooks,
+        resume=True,
+        load_from=str(ckpt))
     resumed = Runner.from_cfg(second)
     resumed.train()
     logged = resumed.message_hub.get_scalar('train/momentum').data[0]
-    expected = [1 - 0.01 * (math.cos(math.pi * t / 4) + 1) / 2
-                for t in (1, 2, 3, 4)]
+    expected = [
+        1 - 0.01 * (math.cos(math.pi * t / 4) + 1) / 2 for t in (1, 2, 3, 4)
+    ]
     assert logged.tolist() == pytest.approx(expected)
     state = torch.load(tmp_path / 'b' / 'iter_4.pth', weights_only=False)
     assert int(state['state_dict']['queue.ptr']) == (4 * 8) % 48

@@ -1,0 +1,8 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from .extract_features import extract_features, pool_feature
+from .weighted_knn import weighted_knn_accuracy, weighted_knn_scores
+
+__all__ = [
+    'extract_features', 'pool_feature', 'weighted_knn_scores',
+    'weighted_knn_accuracy'
+]

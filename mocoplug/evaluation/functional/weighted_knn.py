@@ -1,0 +1,72 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import Dict, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def weighted_knn_scores(query: torch.Tensor,
+                        bank: torch.Tensor,
+                        bank_labels: torch.Tensor,
+                        num_classes: int,
+                        k: int = 200,
+                        temperature: float = 0.07,
+                        chunk_size: int = 1024) -> torch.Tensor:
+    """Class scores of the weighted k-nearest-neighbour classifier.
+
+    The protocol of `Unsupervised Feature Learning via Non-Parametric
+    Instance Discrimination <https://arxiv.org/abs/1805.01978>`_ (Wu et al.,
+    CVPR 2018), used to monitor MoCo: features are L2-normalised, the k
+    most cosine-similar bank features vote for their class with weight
+    ``exp(similarity / temperature)``.
+
+    Args:
+        query (torch.Tensor): Query features (M, D).
+        bank (torch.Tensor): Labelled bank features (N, D).
+        bank_labels (torch.Tensor): Bank labels (N, ).
+        num_classes (int): Number of classes.
+        k (int): Number of neighbours (capped at N). Defaults to 200.
+        temperature (float): Vote temperature. Defaults to 0.07.
+        chunk_size (int): Queries per matmul, to bound memory.
+
+    Returns:
+        torch.Tensor: Scores (M, num_classes); argmax is the prediction.
+    """
+    if bank.shape[0] != bank_labels.shape[0]:
+        raise ValueError(f'weighted kNN: {bank.shape[0]} bank features but '
+                         f'{bank_labels.shape[0]} labels')
+    query = F.normalize(query.float(), dim=1)
+    bank = F.normalize(bank.float().to(query.device), dim=1)
+    bank_labels = bank_labels.long().to(query.device)
+    k = min(k, bank.shape[0])
+    scores = []
+    for start in range(0, query.shape[0], chunk_size):
+        sim = query[start:start + chunk_size] @ bank.t()
+        top_sim, top_idx = sim.topk(k, dim=1)
+        votes = torch.zeros(sim.shape[0], num_classes, device=query.device)
+        votes.scatter_add_(1, bank_labels[top_idx],
+                           (top_sim / temperature).exp())
+        scores.append(votes)
+    return torch.cat(scores)
+
+
+def weighted_knn_accuracy(query: torch.Tensor,
+                          query_labels: torch.Tensor,
+                          bank: torch.Tensor,
+                          bank_labels: torch.Tensor,
+                          num_classes: int,
+                          topk: Sequence[int] = (20, 200),
+                          temperature: float = 0.07) -> Dict[str, float]:
+    """Top-1 accuracy (percent) of the weighted kNN classifier for each k.
+
+    Returns:
+        Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
+    """
+    results = {}
+    labels = query_labels.long().to(query.device)
+    for k in topk:
+        pred = weighted_knn_scores(query, bank, bank_labels, num_classes, k,
+                                   temperature).argmax(dim=1)
+        results[f'top1_k{k}'] = (pred == labels).float().mean().item() * 100
+    return results

@@ -1,0 +1,147 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from collections import Counter
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmengine.model.weight_init import PretrainedInit, update_init_info
+from mmengine.runner.checkpoint import _load_checkpoint
+
+from mocoplug.registry import WEIGHT_INITIALIZERS
+
+
+def _summary(keys: List[str], limit: int = 8) -> str:
+    """'layer4.* (150), fc.* (2)' for a long list of state-dict keys."""
+    groups = Counter(key.split('.')[0] for key in keys)
+    parts = [f'{name}.* ({count})' for name, count in groups.most_common()]
+    more = f', +{len(parts) - limit} more' if len(parts) > limit else ''
+    return ', '.join(parts[:limit]) + more
+
+
+# Registered as 'Pretrained' in mocoplug's scope, on purpose: mmengine
+# applies an init_cfg of type 'Pretrained' after the module's own
+# initialisation, and mmpretrain's backbones skip their re-initialisation
+# (ResNet's zero_init_residual, ViT's position embedding and layers) only
+# for that type; under any other name the loaded weights are overwritten.
+# Configs select it with `_scope_='mocoplug'`; mmengine's own 'Pretrained'
+# stays what every other scope gets.
+@WEIGHT_INITIALIZERS.register_module(name='Pretrained')
+class MoCoPretrainedInit(PretrainedInit):
+    """Initialise a module from the query encoder of a MoCo checkpoint.
+
+    Transfer as evaluated in `Momentum Contrast for Unsupervised Visual
+    Representation Learning <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2):
+    only the query encoder is carried over. Use it as::
+
+        init_cfg=dict(type='Pretrained', _scope_='mocoplug',
+                      checkpoint=pretrained, prefix='backbone.')
+
+    Tensors are taken from the keys under ``prefix`` (``'backbone.'``:
+    mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints and
+    ``tools/extract_backbone.py``'s output; ``'module.encoder_q.'`` for the
+    official MoCo checkpoints), so the momentum encoder
+    (``momentum_encoder.*``) is never read. The same checkpoint can
+    initialise several modules: a C4 detector's backbone (stages 1-4) and
+    its res5 shared head (``layer4``) both use ``prefix='backbone.'`` and
+    each takes the keys it has.
+
+    Unlike mmengine's ``Pretrained``, whose arguments it takes, it logs a
+    report (loaded / missing / unexpected / shape-mismatched tensors) and
+    raises instead of silently leaving the module at random init when the
+    module receives none of its tensors.
+
+    Args:
+        checkpoint (str): Path of the checkpoint. In mocoplug's configs it
+            is filled from the top-level ``pretrained`` option by
+            ``tools/train.py``.
+        prefix (str, optional): Key prefix of the tensors to load, removed
+            before matching. None loads every key (a leading ``module.`` of
+            a DDP checkpoint removed). Defaults to None.
+        map_location (str): Device to load the checkpoint on. Defaults to
+            ``'cpu'``.
+    """
+
+    def __init__(self,
+                 checkpoint: Optional[str] = None,
+                 prefix: Optional[str] = None,
+                 map_location: str = 'cpu') -> None:
+        self.checkpoint = checkpoint
+        self.prefix = prefix
+        self.map_location = map_location
+
+    def select(self,
+               state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The tensors under ``prefix``, with the prefix removed."""
+        if self.prefix is None:
+            return {
+                (k[7:] if k.startswith('module.') else k): v
+                for k, v in state_dict.items()
+            }
+        n = len(self.prefix)
+        return {
+            k[n:]: v
+            for k, v in state_dict.items() if k.startswith(self.prefix)
+        }
+
+    def __call__(self, module: nn.Module) -> None:
+        if not self.checkpoint:
+            raise ValueError(
+                'Pretrained: no checkpoint given. Name the MoCo checkpoint '
+                'with --cfg-options pretrained=PATH (tools/train.py), or '
+                'set init_cfg.checkpoint in the config.')
+        ckpt = _load_checkpoint(
+            self.checkpoint, map_location=self.map_location)
+        state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) \
+            else None
+        if not isinstance(state, dict):
+            raise ValueError(f'Pretrained: {self.checkpoint} holds no state '
+                             'dict')
+        source = self.select(state)
+        if not source:
+            raise ValueError(
+                f'Pretrained: {self.checkpoint} has no keys under '
+                f'{self.prefix!r} (the query encoder); its keys start with '
+                f'{_summary(list(state))}. Set init_cfg.prefix to the '
+                "query encoder's prefix ('module.encoder_q.' for the "
+                'official MoCo checkpoints).')
+        target = module.state_dict()
+        loaded = {
+            k: v
+            for k, v in source.items()
+            if k in target and v.shape == target[k].shape
+        }
+        mismatched = [
+            k for k in source
+            if k in target and source[k].shape != target[k].shape
+        ]
+        missing = [k for k in target if k not in loaded]
+        unexpected = [k for k in source if k not in target]
+        name = type(module).__name__
+        if not loaded:
+            raise RuntimeError(
+                f'Pretrained: {name} received none of its {len(target)} '
+                f'tensors from {self.checkpoint} (prefix {self.prefix!r}); '
+                'it would silently start from random init. Checkpoint keys: '
+                f'{_summary(list(source))}; module keys: '
+                f'{_summary(list(target))}. Set init_cfg.prefix '
+                "(e.g. 'backbone.').")
+        module.load_state_dict(loaded, strict=False)
+        report = [
+            f'Pretrained: {name} loaded {len(loaded)}/{len(target)} tensors '
+            f'from {self.checkpoint} (prefix {self.prefix!r})'
+        ]
+        if missing:
+            report.append(f'  missing (kept their init): {_summary(missing)}')
+        if unexpected:
+            report.append('  unexpected (in the checkpoint, not in '
+                          f'{name}): {_summary(unexpected)}')
+        if mismatched:
+            report.append(f'  shape mismatch (skipped): {mismatched}')
+        print_log('\n'.join(report), logger='current')
+        if hasattr(module, '_params_init_info'):
+            update_init_info(module, init_info=self._get_init_info())
+
+    def _get_init_info(self) -> str:
+        return (f'{self.__class__.__name__}: load {self.prefix or ""}* from '
+                f'{self.checkpoint}')

@@ -1,0 +1,97 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Training curves from the scalars that mmengine's LocalVisBackend writes
+(``<work_dir>/<timestamp>/vis_data/scalars.json``, one JSON record a line)."""
+import glob
+import json
+import os
+import os.path as osp
+from typing import Dict, List, Sequence
+
+# (file name, title, keys drawn on it); 'knn/' matches every kNN metric.
+PANELS = (
+    ('loss.png', 'InfoNCE loss', ('loss', )),
+    ('contrast_acc.png', 'contrastive top-1 accuracy (%)', ('contrast_acc', )),
+    ('lr.png', 'learning rate', ('lr', )),
+    ('momentum.png', 'key-encoder momentum m', ('momentum', )),
+    ('knn.png', 'weighted kNN top-1 (%)', ('knn/', )),
+)
+
+
+def find_scalars(path: str) -> str:
+    """The scalars.json of a work dir (its latest run) or the file itself."""
+    if osp.isfile(path):
+        return path
+    found = sorted(
+        glob.glob(osp.join(path, '*', 'vis_data', 'scalars.json')) +
+        glob.glob(osp.join(path, 'vis_data', 'scalars.json')))
+    if not found:
+        raise FileNotFoundError(
+            f'No vis_data/scalars.json under {path!r}: pass a work dir of a '
+            'training run (with the default LocalVisBackend) or the file')
+    return found[-1]
+
+
+def load_scalars(path: str) -> List[dict]:
+    """Read the scalar records of a run (a work dir or a scalars.json)."""
+    with open(find_scalars(path)) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def series(records: Sequence[dict], key: str) -> Dict[str, tuple]:
+    """``{metric: (steps, values)}`` for every metric named ``key`` or, when
+    ``key`` ends with '/', starting with it."""
+    out: Dict[str, tuple] = {}
+    for rec in records:
+        for name, value in rec.items():
+            if name == key or (key.endswith('/') and name.startswith(key)):
+                steps, values = out.setdefault(name, ([], []))
+                steps.append(rec.get('step', rec.get('iter', len(steps))))
+                values.append(value)
+    return out
+
+
+def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
+                       out_dir: str) -> List[str]:
+    """Draw one PNG per metric, one line per run (and per kNN k).
+
+    Args:
+        runs (dict): ``{run label: scalar records}``.
+        out_dir (str): Folder for the PNG files.
+
+    Returns:
+        List[str]: Paths of the files written (metrics no run logged are
+        skipped).
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for filename, title, keys in PANELS:
+        lines = []
+        for label, records in runs.items():
+            for key in keys:
+                for name, (steps, values) in series(records, key).items():
+                    suffix = f' {name}' if key.endswith('/') else ''
+                    lines.append((f'{label}{suffix}'.strip(), steps, values))
+        if not lines:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label, steps, values in lines:
+            ax.plot(
+                steps,
+                values,
+                label=label or None,
+                marker='o' if len(steps) < 30 else None)
+        ax.set_title(title)
+        ax.set_xlabel('iteration')
+        ax.grid(alpha=0.3)
+        if any(label for label, _, _ in lines):
+            ax.legend()
+        fig.tight_layout()
+        path = osp.join(out_dir, filename)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written

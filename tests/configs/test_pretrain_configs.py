@@ -1,0 +1,95 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from .conftest import config_path
+
+PRETRAIN = [
+    'mocov2_r50_8xb32.py',
+    'mocov2_r50_8xb32-coslr-200e_in1k.py',
+    'mocov2_r50_8xb32-coslr-800e_in1k.py',
+    'mocov1_r50_8xb32-steplr-200e_in1k.py',
+    'mocov2_r50_8xb32-coslr-200e_folder.py',
+]
+
+
+def hook(cfg, type_):
+    return next(h for h in cfg.custom_hooks if h['type'] == type_)
+
+
+def test_mocov2_200e_recipe():
+    cfg = Config.fromfile(config_path('mocov2_r50_8xb32.py'))
+    assert cfg.default_scope == 'mocoplug'
+    assert cfg.optim_wrapper.optimizer == dict(
+        type='SGD', lr=0.03, momentum=0.9, weight_decay=1e-4)
+    assert cfg.param_scheduler[0].type == 'CosineAnnealingLR'
+    assert cfg.param_scheduler[0].T_max == cfg.train_cfg.max_epochs == 200
+    assert cfg.train_dataloader.batch_size == 32
+    assert cfg.model.queue.size == 65536 and cfg.model.queue.dim == 128
+    assert cfg.model.head.temperature == 0.2
+    assert cfg.model.shuffle_bn == 'ddp'
+    assert (cfg.model.neck.num_layers, cfg.model.neck.in_channels,
+            cfg.model.neck.hid_channels,
+            cfg.model.neck.out_channels) == (2, 2048, 2048, 128)
+    assert hook(cfg, 'MomentumUpdateHook').momentum == 0.999
+    views = cfg.train_dataloader.dataset.pipeline[1].transforms[0]
+    assert 'GaussianBlur' in [v['type'] for v in views]
+    assert Config.fromfile(
+        config_path('mocov2_r50_8xb32-coslr-200e_in1k.py')).model == cfg.model
+
+
+def test_mocov2_800e_and_mocov1_recipes():
+    long = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-800e_in1k.py'))
+    assert long.param_scheduler[0].T_max == long.train_cfg.max_epochs == 800
+    v1 = Config.fromfile(config_path('mocov1_r50_8xb32-steplr-200e_in1k.py'))
+    assert v1.model.neck.num_layers == 1
+    assert v1.model.head.temperature == 0.07
+    assert v1.param_scheduler == [
+        dict(
+            type='MultiStepLR',
+            by_epoch=True,
+            milestones=[120, 160],
+            gamma=0.1)
+    ]
+    views = v1.train_dataloader.dataset.pipeline[1].transforms[0]
+    assert [v['type'] for v in views] == [
+        'RandomResizedCrop', 'RandomGrayscale', 'ColorJitter', 'RandomFlip'
+    ]
+    assert hook(v1, 'MomentumUpdateHook').momentum == 0.999
+
+
+def test_folder_variant_reads_unlabelled_images():
+    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
+    assert cfg.train_dataloader.dataset.type == 'CustomDataset'
+    assert cfg.train_dataloader.dataset.with_label is False
+
+
+@pytest.mark.parametrize('name', PRETRAIN)
+def test_one_training_iteration(name, tmp_path, tiny_data_cfg):
+    """Each config as shipped, but for the data (4 real images, 32 px) and
+    Shuffle BN over 2 slices (one process)."""
+    cfg = tiny_data_cfg(name, tmp_path)
+    cfg.train_cfg.max_epochs = 1
+    cfg.model.shuffle_bn = 'split'
+    cfg.model.num_splits = 2
+    for h in cfg.custom_hooks:
+        if h['type'] == 'KNNMonitorHook':
+            h.memory_dataloader.dataset.indices = 20
+            h.query_dataloader.dataset.indices = 10
+    runner = Runner.from_cfg(cfg)
+    queue_before = runner.model.queue.keys.clone()
+    runner.train()
+    model = runner.model
+    loss = runner.message_hub.get_scalar('train/loss').current()
+    assert math.isfinite(loss) and loss > 0
+    assert 0 <= runner.message_hub.get_scalar(
+        'train/contrast_acc').current() <= 100
+    assert int(model.queue.ptr) == 4
+    assert not torch.equal(model.queue.keys[:4], queue_before[:4])
+    assert model.num_momentum_updates == 1
+    assert (tmp_path / 'epoch_1.pth').exists() or any(
+        p.name.endswith('.pth') for p in tmp_path.iterdir())

@@ -1,0 +1,57 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""The wheel ships configs/ and tools/ under mocoplug/.mim, as mmpretrain
+does, so that mim and `mocoplug::dir/config.py` bases find them."""
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SKIP = shutil.ignore_patterns('.git', '.venv', 'work_dirs', '.mim',
+                              '__pycache__', '*.egg-info', 'build', 'dist')
+
+
+def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
+    src = tmp_path / 'src'
+    shutil.copytree(ROOT, src, ignore=SKIP)  # the checkout stays untouched
+    subprocess.run([
+        sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
+        '--no-build-isolation', '-w',
+        str(tmp_path / 'whl'),
+        str(src)
+    ],
+                   check=True)
+    wheel = next((tmp_path / 'whl').glob('mocoplug-*.whl'))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in ('mocoplug/.mim/model-index.yml',
+                 'mocoplug/.mim/configs/mocov2_r50_8xb32.py',
+                 'mocoplug/.mim/configs/_base_/default_runtime.py',
+                 'mocoplug/.mim/configs/benchmarks/knn_r50_in1k.py',
+                 'mocoplug/.mim/tools/train.py',
+                 'mocoplug/.mim/tools/dist_train.sh'):
+        assert name in names, name
+    site = tmp_path / 'site'
+    subprocess.run([
+        sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--target',
+        str(site),
+        str(wheel)
+    ],
+                   check=True)
+    script = (
+        'import sys; sys.path.insert(0, sys.argv[1])\n'
+        'import mocoplug\n'
+        'assert mocoplug.__file__.startswith(sys.argv[1]), mocoplug.__file__\n'
+        'from mmengine.config import Config\n'
+        'cfg = Config.fromstring("_base_ = \'mocoplug::benchmarks/'
+        'linear_r50_8xb32-steplr-100e_in1k.py\'\\n'
+        'model = dict(head=dict(num_classes=10))", ".py")\n'
+        'assert cfg.model.head.num_classes == 10\n'
+        'assert cfg.optim_wrapper.optimizer.lr == 30.\n'
+        'print("ok")\n')
+    out = subprocess.run(
+        [sys.executable, '-c', script, str(site)],
+        capture_output=True,
+        text=True,
+        check=True)
+    assert out.stdout.strip().endswith('ok')

@@ -1,0 +1,51 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import json
+
+import pytest
+
+from mocoplug.visualization.scalar_curves import series
+
+
+def write_scalars(folder):
+    vis = folder / '20260101_000000' / 'vis_data'
+    vis.mkdir(parents=True)
+    records = [
+        dict(lr=0.1, loss=5.0, contrast_acc=10.0, momentum=0.99, step=1),
+        dict(lr=0.05, loss=4.0, contrast_acc=30.0, momentum=0.995, step=2),
+        {
+            'knn/top1_k20': 50.0,
+            'knn/top1_k200': 40.0,
+            'step': 2
+        },
+    ]
+    (vis /
+     'scalars.json').write_text('\n'.join(json.dumps(r)
+                                          for r in records) + '\n')
+    return records
+
+
+def test_series_extracts_values_per_step(tmp_path):
+    records = write_scalars(tmp_path)
+    assert series(records, 'loss') == {'loss': ([1, 2], [5.0, 4.0])}
+    assert series(records, 'knn/') == {
+        'knn/top1_k20': ([2], [50.0]),
+        'knn/top1_k200': ([2], [40.0])
+    }
+
+
+def test_tool_writes_one_png_per_metric(tmp_path, load_tool):
+    write_scalars(tmp_path)
+    written = load_tool('plot_curves').main(
+        [str(tmp_path), '--out', str(tmp_path / 'png')])
+    names = sorted(p.rsplit('/', 1)[-1] for p in written)
+    assert names == [
+        'contrast_acc.png', 'knn.png', 'loss.png', 'lr.png', 'momentum.png'
+    ]
+    for path in written:
+        with open(path, 'rb') as f:
+            assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_missing_log_is_a_clear_error(tmp_path, load_tool):
+    with pytest.raises(FileNotFoundError, match='scalars.json'):
+        load_tool('plot_curves').main([str(tmp_path)])

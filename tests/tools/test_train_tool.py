@@ -1,0 +1,48 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import os
+
+import pytest
+from mmengine.config import Config
+
+CONFIG = os.path.join(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    'configs', 'mocov2_r50_8xb32-coslr-200e_in1k.py')
+
+
+def merged(load_tool, *argv):
+    train = load_tool('train')
+    args = train.parse_args([CONFIG, *argv])
+    return train.merge_args(Config.fromfile(CONFIG), args)
+
+
+def test_defaults(load_tool):
+    cfg = merged(load_tool)
+    assert cfg.work_dir == os.path.join('./work_dirs',
+                                        'mocov2_r50_8xb32-coslr-200e_in1k')
+    assert cfg.launcher == 'none'
+    assert cfg.train_dataloader.pin_memory is True
+    assert cfg.train_dataloader.persistent_workers is True  # 8 workers
+
+
+def test_amp_resume_and_cfg_options(load_tool):
+    cfg = merged(load_tool, '--amp', '--resume', '--work-dir', 'w',
+                 '--cfg-options', 'model.shuffle_bn=split',
+                 'train_dataloader.num_workers=0')
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+    assert cfg.resume is True and cfg.load_from is None
+    assert cfg.work_dir == 'w'
+    assert cfg.model.shuffle_bn == 'split'
+    cfg = merged(load_tool, '--resume', 'ckpt.pth')
+    assert cfg.resume is True and cfg.load_from == 'ckpt.pth'
+
+
+def test_auto_scale_lr(load_tool):
+    assert merged(load_tool, '--auto-scale-lr').auto_scale_lr == dict(
+        base_batch_size=256, enable=True)
+
+
+def test_pretrained_option_needs_a_receiving_init_cfg(load_tool):
+    with pytest.raises(ValueError, match="mocoplug's Pretrained"):
+        merged(load_tool, '--cfg-options', 'pretrained=x.pth')

@@ -1,0 +1,157 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Train a model from a config: MoCo pretraining, linear evaluation or a
+detector (mmpretrain's tools/train.py conventions).
+
+Examples::
+
+    python tools/train.py configs/mocov2_r50_8xb32.py            # 1 GPU/CPU
+    tools/dist_train.sh configs/mocov2_r50_8xb32.py 8            # 8 GPUs
+    python tools/train.py CONFIG --resume                        # latest ckpt
+    python tools/train.py configs/detection/CONFIG \\
+        --cfg-options pretrained=work_dirs/.../epoch_200.pth
+"""
+import argparse
+import os
+import os.path as osp
+from copy import deepcopy
+
+from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
+from mocoplug.utils import fill_pretrained
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from this checkpoint, or with no value from the latest '
+        'checkpoint in the work directory')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='enable automatic-mixed-precision training (GPU only)')
+    parser.add_argument(
+        '--no-validate',
+        action='store_true',
+        help='do not evaluate during training')
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the lr by (actual batch size) / auto_scale_lr.'
+        'base_batch_size')
+    parser.add_argument(
+        '--no-pin-memory',
+        action='store_true',
+        help='disable pin_memory in the dataloaders')
+    parser.add_argument(
+        '--no-persistent-workers',
+        action='store_true',
+        help='disable persistent_workers in the dataloaders')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, key=value pairs, e.g. '
+        'pretrained=PATH or train_dataloader.batch_size=64')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    # torch.distributed launchers pass --local-rank (torch >= 2.0)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
+    """Merge the command-line arguments into the config."""
+    if args.no_validate:
+        cfg.val_cfg = None
+        cfg.val_dataloader = None
+        cfg.val_evaluator = None
+    cfg.launcher = args.launcher
+    # work_dir: CLI > config > ./work_dirs/<config name>
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = args.resume
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg:
+            raise ValueError('--auto-scale-lr needs `auto_scale_lr = dict('
+                             'base_batch_size=...)` in the config')
+        cfg.auto_scale_lr.enable = True
+
+    defaults = ConfigDict(pin_memory=True, persistent_workers=True)
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if cfg.get(field, None) is None:
+            continue
+        loader = deepcopy(defaults)
+        loader.update(cfg[field])
+        if args.no_pin_memory:
+            loader.pin_memory = False
+        if args.no_persistent_workers or loader.get('num_workers', 0) == 0:
+            loader.persistent_workers = False
+        cfg[field] = loader
+
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    fill_pretrained(cfg)
+    return cfg
+
+
+def setup_cpu_distributed(cfg: Config) -> None:
+    """Let ``--launcher pytorch`` run on CPUs (gloo).
+
+    mmengine 0.10.7's launcher calls ``torch.cuda.set_device`` and wraps the
+    model in DDP with a CUDA ``device_ids``, both of which fail without a
+    GPU. Without one, join the process group here with gloo (the Runner then
+    skips its own initialisation) and build DDP for CPU modules.
+    """
+    import torch
+    import torch.distributed as dist
+    if cfg.launcher != 'pytorch' or torch.cuda.is_available() \
+            or dist.is_initialized():
+        return
+    dist.init_process_group(backend='gloo')
+    cfg.model_wrapper_cfg = dict(
+        cfg.get('model_wrapper_cfg') or {}, device_ids=None)
+    cfg.model_wrapper_cfg.setdefault('type', 'MMDistributedDataParallel')
+    print(f'no GPU: rank {dist.get_rank()}/{dist.get_world_size()} trains '
+          'on CPU with gloo')
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = merge_args(Config.fromfile(args.config), args)
+    setup_cpu_distributed(cfg)
+    if 'runner_type' in cfg:
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+if __name__ == '__main__':
+    main()
