@@ -2,7 +2,6 @@
 from typing import Dict, List, Optional, Union
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.dist import get_world_size
 from mmengine.logging import print_log
@@ -10,7 +9,8 @@ from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import SplitBatchNorm2d
+from ..utils import SplitBatchNorm
+from ..utils.split_batch_norm import SPLITTABLE
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 
 SHUFFLE_BN_MODES = ('ddp', 'split', 'none')
@@ -41,9 +41,10 @@ class MoCo(BaseMomentumSelfSupervisor):
       GPUs. Needs a distributed run (in a single process it has no effect;
       a warning says so).
     - ``'split'``: for one GPU or CPU, as the MoCo authors suggest: every
-      BatchNorm2d of both encoders computes its statistics over
-      ``num_splits`` slices of the batch (like ``num_splits`` GPUs) and the
-      key batch is shuffled before the key encoder.
+      BatchNorm of both encoders (backbone and neck) computes its
+      statistics over ``num_splits`` slices of the batch (like
+      ``num_splits`` GPUs) and the key batch is shuffled before the key
+      encoder.
     - ``'none'``: no shuffling, e.g. with SyncBN or a backbone without
       BatchNorm.
 
@@ -91,13 +92,13 @@ class MoCo(BaseMomentumSelfSupervisor):
         self.shuffle_bn = shuffle_bn
         self.num_splits = num_splits
         if shuffle_bn == 'split':
-            if not any(type(m) is nn.BatchNorm2d for m in self.modules()):
+            if not any(type(m) in SPLITTABLE for m in self.modules()):
                 raise ValueError(
-                    "MoCo: shuffle_bn='split' found no BatchNorm2d in the "
+                    "MoCo: shuffle_bn='split' found no BatchNorm in the "
                     "backbone/neck to split; use shuffle_bn='none' for this "
                     'backbone (e.g. SyncBN or no BatchNorm).')
-            SplitBatchNorm2d.convert(self.backbone, num_splits)
-            SplitBatchNorm2d.convert(self.neck, num_splits)
+            SplitBatchNorm.convert(self.backbone, num_splits)
+            SplitBatchNorm.convert(self.neck, num_splits)
         self.queue = build_module(queue)
         self.build_momentum_encoder()
         self._warned_single_process = False

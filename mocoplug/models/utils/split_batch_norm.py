@@ -2,13 +2,17 @@
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from mocoplug.registry import MODELS
 
+# the plain BN layers SplitBatchNorm replaces (not SyncBN, not subclasses)
+SPLITTABLE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
 
 @MODELS.register_module('SplitBN')
-class SplitBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm2d whose training statistics come from ``num_splits`` slices
+class SplitBatchNorm(_BatchNorm):
+    """BatchNorm whose training statistics come from ``num_splits`` slices
     of the batch, as if each slice sat on its own GPU.
 
     This is how the MoCo authors reproduce Shuffle BN on a single GPU (the
@@ -17,13 +21,14 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
     <https://arxiv.org/abs/1911.05722>`_): with the key batch shuffled before
     the key encoder, a query and its positive key are normalised with the
     statistics of different sub-batches, so BN cannot leak which key is the
-    positive.
+    positive. It replaces the 1-D (projection heads), 2-D and 3-D BN layers
+    alike; the input is (N, C, ...).
 
     Sample ``i`` belongs to slice ``i % num_splits``. The fast path folds
     the slices into channels (one ``batch_norm`` call); a batch that does
     not divide evenly (e.g. a short last batch) is normalised slice by
     slice. Running statistics are the mean of the slices' updates. In eval
-    mode it is a plain BatchNorm2d; its state dict is that of a BatchNorm2d.
+    mode it is a plain BatchNorm; its state dict is that of a BatchNorm.
 
     Args:
         num_features (int): Number of channels C.
@@ -36,17 +41,23 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         super().__init__(num_features, **kwargs)
         if num_splits < 1:
             raise ValueError(
-                f'SplitBatchNorm2d: num_splits must be >= 1, got {num_splits}')
+                f'SplitBatchNorm: num_splits must be >= 1, got {num_splits}')
         self.num_splits = num_splits
+
+    def _check_input_dim(self, x: torch.Tensor) -> None:
+        if x.dim() < 2:
+            raise ValueError(
+                f'SplitBatchNorm expects (N, C, ...) input, got {x.dim()}-D')
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.num_splits == 1:
             return super().forward(x)
+        self._check_input_dim(x)
         n, c = x.shape[:2]
         splits = self.num_splits
         if n < splits:
             raise ValueError(
-                f'SplitBatchNorm2d: a batch of {n} cannot be cut into '
+                f'SplitBatchNorm: a batch of {n} cannot be cut into '
                 f'{splits} slices; raise the batch size or lower num_splits')
         momentum = self.momentum
         if self.track_running_stats:
@@ -82,7 +93,7 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
 
     @classmethod
     def convert(cls, module: nn.Module, num_splits: int) -> nn.Module:
-        """Replace every ``nn.BatchNorm2d`` in ``module`` by a split one.
+        """Replace every plain BatchNorm{1,2,3}d in ``module`` by a split one.
 
         Parameters and buffers are shared, not copied, so the converted
         module trains the same weights and keeps the same state dict keys.
@@ -94,9 +105,9 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
 
         Returns:
             nn.Module: ``module`` itself, or the new layer if ``module`` is
-            a BatchNorm2d.
+            a plain BatchNorm.
         """
-        if type(module) is nn.BatchNorm2d:
+        if type(module) in SPLITTABLE:
             new = cls(
                 module.num_features,
                 num_splits,

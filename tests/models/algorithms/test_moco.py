@@ -10,7 +10,7 @@ from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
 from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
-from mocoplug.models import MoCo, SplitBatchNorm2d
+from mocoplug.models import MoCo, SplitBatchNorm
 
 BACKBONE = dict(
     type='ResNet',
@@ -177,8 +177,8 @@ def test_exclude_same_instance_needs_sample_idx():
 def test_split_shuffle_bn_converts_both_encoders_and_unshuffles_keys():
     torch.manual_seed(0)
     model = tiny_moco(shuffle_bn='split', num_splits=2)
-    assert type(model.backbone.bn1) is SplitBatchNorm2d
-    assert type(model.momentum_encoder.backbone.bn1) is SplitBatchNorm2d
+    assert type(model.backbone.bn1) is SplitBatchNorm
+    assert type(model.momentum_encoder.backbone.bn1) is SplitBatchNorm
     images = torch.randn(8, 3, 32, 32)
     torch.manual_seed(5)
     keys = model.encode_keys(images)

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mocoplug.models import SplitBatchNorm2d
+from mocoplug.models import SplitBatchNorm
 
 
 def reference_split_bn(bn: nn.BatchNorm2d, x: torch.Tensor, splits: int):
@@ -26,7 +26,7 @@ def test_matches_one_batch_norm_per_slice(batch):
     plain = nn.BatchNorm2d(3)
     nn.init.uniform_(plain.weight)
     nn.init.uniform_(plain.bias)
-    split = SplitBatchNorm2d.convert(plain, num_splits=4)
+    split = SplitBatchNorm.convert(plain, num_splits=4)
     x = torch.randn(batch, 3, 5, 5) * 3 + 1
     ref_out, ref_mean, ref_var = reference_split_bn(plain, x, 4)
     out = split(x)
@@ -41,14 +41,14 @@ def test_differs_from_whole_batch_norm_in_training():
     x = torch.randn(8, 2, 3, 3)
     x[::2] += 5  # slice 0 is shifted, slice 1 is not
     whole = nn.BatchNorm2d(2)(x)
-    split = SplitBatchNorm2d(2, num_splits=2)(x)
+    split = SplitBatchNorm(2, num_splits=2)(x)
     assert not torch.allclose(whole, split, atol=1e-3)
 
 
 def test_eval_mode_is_a_plain_batch_norm():
     plain = nn.BatchNorm2d(3)
     plain.running_mean.fill_(0.5)
-    split = SplitBatchNorm2d(3, num_splits=4)
+    split = SplitBatchNorm(3, num_splits=4)
     split.load_state_dict(plain.state_dict())
     plain.eval()
     split.eval()
@@ -62,14 +62,32 @@ def test_convert_shares_parameters_and_keeps_state_dict_keys():
         nn.Sequential(nn.BatchNorm2d(4)), nn.BatchNorm1d(4))
     keys = list(model.state_dict())
     weight = model[1].weight
-    SplitBatchNorm2d.convert(model, num_splits=2)
-    assert type(model[1]) is SplitBatchNorm2d
-    assert type(model[3][0]) is SplitBatchNorm2d
-    assert type(model[4]) is nn.BatchNorm1d  # only 2-D BN is split
+    SplitBatchNorm.convert(model, num_splits=2)
+    assert type(model[1]) is SplitBatchNorm
+    assert type(model[3][0]) is SplitBatchNorm
+    assert type(model[4]) is SplitBatchNorm  # 1-D too (projection heads)
     assert model[1].weight is weight
     assert list(model.state_dict()) == keys
 
 
+def test_one_dimensional_features_of_a_projection_head():
+    torch.manual_seed(0)
+    plain = nn.BatchNorm1d(5)
+    split = SplitBatchNorm.convert(nn.BatchNorm1d(5), num_splits=2)
+    x = torch.randn(8, 5)
+    expected = torch.empty_like(x)
+    expected[0::2] = plain(x[0::2])
+    expected[1::2] = nn.BatchNorm1d(5)(x[1::2])
+    assert torch.allclose(split(x), expected, atol=1e-5)
+    split.eval()
+    assert split(x).shape == (8, 5)
+
+
+def test_syncbn_is_left_alone():
+    sync = nn.SyncBatchNorm(4)
+    assert SplitBatchNorm.convert(sync, num_splits=2) is sync
+
+
 def test_too_small_batch_is_refused():
     with pytest.raises(ValueError, match='num_splits'):
-        SplitBatchNorm2d(2, num_splits=4)(torch.randn(3, 2, 2, 2))
+        SplitBatchNorm(2, num_splits=4)(torch.randn(3, 2, 2, 2))

@@ -1,0 +1,81 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import Tuple
+
+import cv2
+import numpy as np
+from mmcv.transforms import BaseTransform
+
+from mocoplug.registry import TRANSFORMS
+
+
+@TRANSFORMS.register_module()
+class FixedRandomAffine(BaseTransform):
+    """A random shift/rotation/scale/contrast change that is the same every
+    time a given image is loaded.
+
+    For evaluating invariance (e.g. kNN accuracy on perturbed held-out
+    images): the perturbation of image ``sample_idx`` is drawn from a
+    generator seeded with ``(seed, sample_idx)``, so every encoder is
+    compared on exactly the same perturbed images, run after run, whatever
+    the loading order or the number of workers.
+
+    Required keys: ``img``, ``sample_idx``. Modified keys: ``img``.
+
+    Args:
+        degrees (float): Rotation drawn from [-degrees, degrees].
+            Defaults to 20.
+        translate (float): Shift drawn from [-t, t] x image size, per axis.
+            Defaults to 0.1.
+        scale (Tuple[float, float]): Zoom range. Defaults to (0.8, 1.2).
+        contrast (Tuple[float, float]): Contrast factor range, applied
+            around the image mean. Defaults to (0.5, 1.5).
+        border_value (int): Fill value outside the image. Defaults to 0.
+        seed (int): Base seed. Defaults to 0.
+    """
+
+    def __init__(self,
+                 degrees: float = 20.,
+                 translate: float = 0.1,
+                 scale: Tuple[float, float] = (0.8, 1.2),
+                 contrast: Tuple[float, float] = (0.5, 1.5),
+                 border_value: int = 0,
+                 seed: int = 0) -> None:
+        self.degrees = degrees
+        self.translate = translate
+        self.scale = tuple(scale)
+        self.contrast = tuple(contrast)
+        self.border_value = border_value
+        self.seed = seed
+
+    def params(self, sample_idx: int) -> dict:
+        """The perturbation of image ``sample_idx``."""
+        rng = np.random.RandomState([self.seed, int(sample_idx)])
+        return dict(
+            angle=rng.uniform(-self.degrees, self.degrees),
+            shift=rng.uniform(-self.translate, self.translate, size=2),
+            scale=rng.uniform(*self.scale),
+            contrast=rng.uniform(*self.contrast))
+
+    def transform(self, results: dict) -> dict:
+        if 'sample_idx' not in results:
+            raise KeyError('FixedRandomAffine needs `sample_idx` in the '
+                           'results (set by mmengine BaseDataset)')
+        p = self.params(results['sample_idx'])
+        img = results['img']
+        h, w = img.shape[:2]
+        matrix = cv2.getRotationMatrix2D((w / 2 - 0.5, h / 2 - 0.5),
+                                         p['angle'], p['scale'])
+        matrix[:, 2] += p['shift'] * (w, h)
+        img = cv2.warpAffine(
+            img,
+            matrix, (w, h),
+            flags=cv2.INTER_LINEAR,
+            borderValue=(self.border_value, ) * 3).astype(np.float32)
+        img = (img - img.mean()) * p['contrast'] + img.mean()
+        results['img'] = np.clip(img, 0, 255).astype(np.uint8)
+        return results
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(degrees={self.degrees}, '
+                f'translate={self.translate}, scale={self.scale}, '
+                f'contrast={self.contrast}, seed={self.seed})')
