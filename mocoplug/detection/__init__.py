@@ -1,0 +1,9 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Detection-transfer components, registered in mmdet's registries.
+
+Imported by the detection configs (``custom_imports``), not by
+``import mocoplug``, so that pretraining does not need mmdet.
+"""
+from .precise_bn_hook import DetectionPreciseBNHook, precise_bn_stats
+
+__all__ = ['DetectionPreciseBNHook', 'precise_bn_stats']

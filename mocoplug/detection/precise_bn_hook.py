@@ -1,0 +1,191 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import itertools
+from typing import Iterable, List, Optional
+
+import torch
+import torch.nn as nn
+from mmdet.registry import HOOKS
+from mmengine.dataset import DefaultSampler
+from mmengine.dist import all_reduce, get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmengine.runner import EpochBasedTrainLoop, Runner
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.data import DataLoader
+
+
+@torch.no_grad()
+def precise_bn_stats(model: nn.Module, batches: Iterable,
+                     num_iters: int) -> int:
+    """Set the running statistics of the model's training BN layers to
+    their average over ``num_iters`` batches.
+
+    Each BN layer in training mode gets, as running mean (variance), the
+    mean over the batches of the batch mean (variance) it sees in the
+    model's training forward (``mode='loss'``), the weights being fixed;
+    with several processes the averages are then averaged across them.
+    A BN layer called more than once per forward keeps its last call, as in
+    detectron2/fvcore's ``update_bn_stats``.
+
+    Args:
+        model (nn.Module): The model (unwrapped), in training mode, with a
+            ``data_preprocessor``.
+        batches (Iterable): Batches as the training dataloader yields them.
+        num_iters (int): Number of batches to use (fewer if ``batches``
+            runs out first).
+
+    Returns:
+        int: The number of batches used (0 if the model has no BN layer in
+        training mode, which is then left as it was).
+    """
+    bns: List[_BatchNorm] = [
+        m for m in model.modules()
+        if isinstance(m, _BatchNorm) and m.training and m.track_running_stats
+    ]
+    if not bns:
+        return 0
+    means = [torch.zeros_like(bn.running_mean) for bn in bns]
+    vars_ = [torch.zeros_like(bn.running_var) for bn in bns]
+    momenta = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 1.0  # running stats := statistics of the last batch
+    count = 0
+    try:
+        for data in itertools.islice(batches, num_iters):
+            data = model.data_preprocessor(data, True)
+            model(**data, mode='loss')
+            count += 1
+            for i, bn in enumerate(bns):
+                means[i] += (bn.running_mean - means[i]) / count
+                vars_[i] += (bn.running_var - vars_[i]) / count
+    finally:
+        for bn, momentum in zip(bns, momenta):
+            bn.momentum = momentum
+    if count == 0:
+        return 0
+    for i, bn in enumerate(bns):
+        if get_world_size() > 1:
+            all_reduce(means[i], op='mean')
+            all_reduce(vars_[i], op='mean')
+        bn.running_mean.copy_(means[i])
+        bn.running_var.copy_(vars_[i])
+    return count
+
+
+@HOOKS.register_module()
+class DetectionPreciseBNHook(Hook):
+    """Recompute a detector's BN statistics before it is evaluated.
+
+    detectron2's ``TEST.PRECISE_BN``, which the MoCo detection configs turn
+    on (``Base-RCNN-C4-BN.yaml`` of `Momentum Contrast for Unsupervised
+    Visual Representation Learning <https://arxiv.org/abs/1911.05722>`_):
+    the running statistics, a moving average over batches seen while the
+    weights changed, are replaced by the average of the batch statistics of
+    ``num_iters`` training batches under the current weights (see
+    `Rethinking "Batch" in BatchNorm <https://arxiv.org/abs/2105.07576>`_).
+
+    Written for detectors because mmpretrain's ``PreciseBNHook`` does not
+    fit them: it runs ``mode='tensor'``, where the RoI head sees the test
+    proposals (and a C4 res5 runs twice in Mask R-CNN) instead of the
+    sampled training RoIs; it divides by ``loader.batch_size``, which is
+    None with mmdet's ``AspectRatioBatchSampler``; and it iterates the
+    training loader itself, which restarts an ``InfiniteSampler`` mid-run.
+    Here the batches come from a separate loader over the same dataset
+    (same batch sampler, collate function and workers) and the forward is
+    the training one, as in detectron2.
+
+    It runs every ``interval`` iterations (``IterBasedTrainLoop``) or epochs
+    (``EpochBasedTrainLoop``) and always after the last one, before the
+    checkpoint of that step is written and before validation. Set
+    ``interval`` to ``train_cfg.val_interval`` (detectron2 uses the
+    evaluation period).
+
+    Args:
+        num_iters (int): Batches per process (detectron2's
+            ``TEST.PRECISE_BN.NUM_ITER``). Defaults to 200.
+        interval (int): See above; 0 runs it only at the end of training.
+            Defaults to 0.
+    """
+
+    priority = 'ABOVE_NORMAL'  # before CheckpointHook (VERY_LOW)
+
+    def __init__(self, num_iters: int = 200, interval: int = 0) -> None:
+        if not isinstance(num_iters, int) or num_iters < 1:
+            raise ValueError('DetectionPreciseBNHook: num_iters must be a '
+                             f'positive int, got {num_iters!r}')
+        if not isinstance(interval, int) or interval < 0:
+            raise ValueError('DetectionPreciseBNHook: interval must be an int '
+                             f'>= 0 (0: only at the end), got {interval!r}')
+        self.num_iters = num_iters
+        self.interval = interval
+        self._calls = 0
+
+    def precise_bn_loader(self, runner: Runner) -> DataLoader:
+        """A loader over the training dataset with a fresh shuffled order,
+        built like the training loader but independent of its iterator."""
+        train = runner.train_dataloader
+        sampler = DefaultSampler(
+            train.dataset, shuffle=True, seed=runner.seed or 0)
+        sampler.set_epoch(self._calls)
+        old = train.batch_sampler
+        if old is None:
+            raise ValueError(
+                'DetectionPreciseBNHook needs a batched train_dataloader '
+                '(batch_size set), got batch_size=None')
+        batch_sampler = type(old)(
+            sampler, batch_size=old.batch_size, drop_last=old.drop_last)
+        return DataLoader(
+            train.dataset,
+            batch_sampler=batch_sampler,
+            num_workers=train.num_workers,
+            collate_fn=train.collate_fn,
+            pin_memory=train.pin_memory,
+            worker_init_fn=train.worker_init_fn)
+
+    def run(self, runner: Runner) -> None:
+        """Recompute the BN statistics of ``runner.model``."""
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        model.train()
+        loader = self.precise_bn_loader(runner)
+        # every process must run the same number of forwards (SyncBN)
+        num_iters = min_across_processes(
+            min(self.num_iters, len(loader)),
+            next(model.parameters()).device)
+        count = precise_bn_stats(model, loader, num_iters)
+        self._calls += 1
+        print_log(
+            f'DetectionPreciseBNHook: BN statistics recomputed over {count} '
+            'training batches' if count else
+            'DetectionPreciseBNHook: no BN layer in training mode (or no '
+            'data), statistics left unchanged',
+            logger='current')
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch: Optional[dict] = None,
+                         outputs: Optional[dict] = None) -> None:
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            return
+        if (self.every_n_train_iters(runner, self.interval)
+                or self.is_last_train_iter(runner)):
+            self.run(runner)
+
+    def after_train_epoch(self, runner: Runner) -> None:
+        if not isinstance(runner.train_loop, EpochBasedTrainLoop):
+            return
+        if (self.every_n_epochs(runner, self.interval)
+                or self.is_last_train_epoch(runner)):
+            self.run(runner)
+
+
+def min_across_processes(value: int, device: torch.device) -> int:
+    """The smallest ``value`` over all processes (``value`` itself in a
+    single process)."""
+    if get_world_size() == 1:
+        return value
+    tensor = torch.tensor(value, device=device)
+    all_reduce(tensor, op='min')
+    return int(tensor.item())

@@ -1,0 +1,160 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch.utils.data import DataLoader, Dataset
+
+from mocoplug.detection import DetectionPreciseBNHook, precise_bn_stats
+from mocoplug.detection.precise_bn_hook import min_across_processes
+from .conftest import unique_name
+
+
+class BNModel(BaseModel):
+    """x -> BatchNorm2d(3) -> mean; ``mode='loss'`` like a detector."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+        self.frozen = nn.BatchNorm2d(3)
+        self.linear = nn.Linear(3, 1)
+        self.loss_calls = 0
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.frozen.eval()  # like norm_eval=True: must not be touched
+        return self
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        out = self.frozen(self.bn(inputs))
+        if mode == 'loss':
+            self.loss_calls += 1
+            return dict(loss=self.linear(out.mean((2, 3))).mean())
+        return out
+
+
+class ConstantImages(Dataset):
+    """Image i has value ``(c + 1) * (1 + i % 2)`` in channel c."""
+
+    def __init__(self, length=8):
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        value = torch.arange(1., 4.) * (1 + i % 2)
+        return dict(inputs=value.view(3, 1, 1).expand(3, 2, 2).clone())
+
+
+def test_stats_are_the_average_of_batch_statistics():
+    model = BNModel().train()
+    gen = torch.Generator().manual_seed(0)
+    batches = [
+        dict(inputs=torch.randn(4, 3, 5, 5, generator=gen) * (i + 1) + i)
+        for i in range(5)
+    ]
+    frozen = model.frozen.running_mean.clone()
+    count = precise_bn_stats(model, iter(batches), num_iters=3)
+    assert count == 3 and model.loss_calls == 3  # training forward
+    used = torch.stack([b['inputs'] for b in batches[:3]])
+    means = used.mean((1, 3, 4))  # per batch, per channel
+    vars_ = used.transpose(1, 2).flatten(2).var(2, unbiased=True)
+    assert torch.allclose(model.bn.running_mean, means.mean(0), atol=1e-5)
+    assert torch.allclose(model.bn.running_var, vars_.mean(0), atol=1e-4)
+    assert model.bn.momentum == 0.1  # restored
+    assert torch.equal(model.frozen.running_mean, frozen)
+
+
+def test_no_batch_norm_or_no_data_changes_nothing():
+    model = nn.Sequential(nn.Linear(2, 2))
+    assert precise_bn_stats(model, [], 5) == 0
+    bn_model = BNModel().train()
+    assert precise_bn_stats(bn_model, [], 5) == 0
+    assert torch.equal(bn_model.bn.running_mean, torch.zeros(3))
+
+
+def _two_ranks_worker(rank: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+    dist.init_process_group(
+        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    model = BNModel().train()
+    # rank r sees (r + 1) * (c + 1) in channel c, and has 2 + r batches
+    value = (rank + 1) * torch.arange(1., 4.).view(1, 3, 1, 1)
+    batches = [dict(inputs=value.expand(2, 3, 2, 2).clone())] * (2 + rank)
+    num_iters = min_across_processes(len(batches), torch.device('cpu'))
+    count = precise_bn_stats(model, iter(batches), num_iters)
+    torch.save(
+        dict(
+            count=count, mean=model.bn.running_mean, var=model.bn.running_var),
+        os.path.join(out_dir, f'{rank}.pth'))
+    dist.destroy_process_group()
+
+
+def test_statistics_are_averaged_across_processes(tmp_path):
+    """Both ranks run as many batches (the fewest any rank has, so that a
+    SyncBN forward never waits for a missing rank) and end with the same
+    statistics, the mean of the ranks' (1.5 * (c + 1))."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    mp.spawn(_two_ranks_worker, args=(port, str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        out = torch.load(tmp_path / f'{rank}.pth')
+        assert out['count'] == 2
+        assert torch.allclose(out['mean'], 1.5 * torch.arange(1., 4.))
+        assert torch.allclose(out['var'], torch.zeros(3))
+
+
+def _runner(tmp_path, hook, length=8, **train_cfg):
+    # (one batch per epoch; an iteration loop waits 2 s at each epoch end)
+    loader = DataLoader(ConstantImages(length), batch_size=8, shuffle=False)
+    return Runner(
+        model=BNModel(),
+        work_dir=str(tmp_path),
+        train_dataloader=loader,
+        train_cfg=train_cfg,
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.)),
+        custom_hooks=[hook],
+        default_hooks=dict(checkpoint=None, logger=None),
+        experiment_name=unique_name('precise_bn'),
+        log_level='WARNING')
+
+
+def test_hook_replaces_moving_averages_at_the_end(tmp_path):
+    """After 1 iteration a moving average (momentum 0.1) has gone 10% of
+    the way; precise BN sets the statistics of the data: in channel c, 16
+    values v = c + 1 and 16 values 2v, mean 1.5v, unbiased var 8v^2/31."""
+    hook = DetectionPreciseBNHook(num_iters=4)
+    runner = _runner(tmp_path, hook, by_epoch=False, max_iters=1)
+    runner.train()
+    assert hook._calls == 1
+    bn = runner.model.bn
+    v = torch.arange(1., 4.)
+    assert torch.allclose(bn.running_mean, 1.5 * v)
+    assert torch.allclose(bn.running_var, 8 * v**2 / 31)
+
+
+def test_hook_runs_every_interval_and_at_the_end(tmp_path):
+    hook = DetectionPreciseBNHook(num_iters=1, interval=2)
+    _runner(
+        tmp_path / 'iters', hook, length=64, by_epoch=False,
+        max_iters=5).train()
+    assert hook._calls == 3  # after iterations 2, 4 and the last (5)
+    hook = DetectionPreciseBNHook(num_iters=1, interval=1)
+    _runner(tmp_path / 'epochs', hook, by_epoch=True, max_epochs=2).train()
+    assert hook._calls == 2
+    hook = DetectionPreciseBNHook(num_iters=1)
+    _runner(tmp_path / 'end', hook, by_epoch=True, max_epochs=3).train()
+    assert hook._calls == 1
+
+
+@pytest.mark.parametrize('kwargs', [dict(num_iters=0), dict(interval=-1)])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        DetectionPreciseBNHook(**kwargs)
