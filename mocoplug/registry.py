@@ -11,7 +11,10 @@ mmdet's components are reached with the ``mmdet.`` prefix, or by setting
 A node must exist for every kind, even those mocoplug adds nothing to:
 mmengine switches to the registry of the default scope and, if that scope
 has no node of the kind, falls back to mmengine's root and loses
-mmpretrain's entries (e.g. the ``LARS`` optimizer).
+mmpretrain's entries (e.g. the ``LARS`` optimizer). Each node also lists
+its mmpretrain parent's import locations: mmengine imports only a node's
+own locations before a look-up, so without them an mmpretrain component
+not imported yet (``LARS`` again) would not be found from mocoplug's scope.
 """
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
@@ -23,7 +26,11 @@ _EVALUATION = []
 
 
 def _child(name: str, parent: Registry, locations: list) -> Registry:
-    return Registry(name, parent=parent, scope='mocoplug', locations=locations)
+    return Registry(
+        name,
+        parent=parent,
+        scope='mocoplug',
+        locations=locations + list(parent._locations))
 
 
 RUNNERS = _child('runner', mmpretrain_registry.RUNNERS, _ENGINE)
