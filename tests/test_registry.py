@@ -17,6 +17,7 @@ def test_mmpretrain_components_resolve_from_mocoplug_scope():
         'assert OPTIMIZERS.get("LARS").__module__.startswith("mmpretrain")\n'
         'print("ok")\n')
     out = subprocess.run([sys.executable, '-c', script],
-                         capture_output=True, text=True)
+                         capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == 'ok'

@@ -1,0 +1,66 @@
+# Linear evaluation of MoCo v3 ViT-Small/16: a linear classifier on the
+# frozen backbone's class token (after the final LayerNorm), 8 GPUs x 128
+# images (batch 1024), SGD, cosine lr, 90 epochs on ImageNet-1k.
+# "An Empirical Study of Training Self-Supervised Vision Transformers"
+# (Chen, Xie, He, ICCV 2021, https://arxiv.org/abs/2104.02057); official
+# main_lincls.py -a vit_small --lr=3: lr 3 x batch / 256 = 12 at batch 1024,
+# momentum 0.9, wd 0, half-cycle cosine per epoch, head init N(0, 0.01),
+# backbone frozen.
+# Published top-1 (not measured here): 73.2 after 300 pretraining epochs.
+#
+# The query encoder of a MoCo v3 checkpoint is loaded through `pretrained`
+# (tools/train.py copies it into the backbone's 'Pretrained' init_cfg):
+#   CONFIG=configs/benchmarks/linear_mocov3-vit-small-p16_8xb128-coslr-90e_in1k.py  # noqa: E501
+#   tools/dist_train.sh $CONFIG 8 --cfg-options \
+#       pretrained=work_dirs/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k/epoch_300.pth  # noqa: E501
+_base_ = [
+    'mmpretrain::_base_/datasets/imagenet_bs32_pil_resize.py',
+    '../_base_/default_runtime.py',
+]
+
+# path of the MoCo v3 checkpoint; set with --cfg-options pretrained=PATH
+pretrained = None
+
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(
+        type='MoCoV3ViT',
+        arch='mocov3-small',  # embed 384
+        img_size=224,
+        patch_size=16,
+        stop_grad_conv1=True,
+        frozen_stages=12,  # patch/pos embedding, cls token, 12 layers, LN
+        norm_eval=True,
+        init_cfg=dict(
+            type='Pretrained',
+            _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+            checkpoint=pretrained,
+            prefix='backbone.')),
+    head=dict(
+        type='VisionTransformerClsHead',
+        num_classes=1000,
+        in_channels=384,
+        loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
+        init_cfg=dict(type='Normal', std=0.01, layer='Linear')))
+
+train_dataloader = dict(batch_size=128)
+val_dataloader = dict(batch_size=128)
+test_dataloader = val_dataloader
+
+optim_wrapper = dict(
+    type='OptimWrapper',
+    optimizer=dict(type='SGD', lr=12., momentum=0.9, weight_decay=0.))
+
+param_scheduler = [
+    dict(type='CosineAnnealingLR', T_max=90, by_epoch=True, begin=0, end=90)
+]
+
+train_cfg = dict(by_epoch=True, max_epochs=90, val_interval=1)
+val_cfg = dict()
+test_cfg = dict()
+
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
+
+# lr 12 is for a total batch of 1024 (8 x 128)
+auto_scale_lr = dict(base_batch_size=1024)

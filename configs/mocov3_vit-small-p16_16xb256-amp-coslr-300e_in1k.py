@@ -1,0 +1,177 @@
+# MoCo v3, ViT-Small/16, 16 GPUs x 256 images (batch 4096), AMP, cosine lr,
+# 300 epochs on ImageNet-1k.
+# "An Empirical Study of Training Self-Supervised Vision Transformers"
+# (Chen, Xie, He, ICCV 2021, https://arxiv.org/abs/2104.02057) and its code
+# (facebookresearch/moco-v3, CONFIG.md "ViT-Small": main_moco.py -a vit_small
+# --optimizer=adamw --lr=1.5e-4 --weight-decay=.1 --epochs=300
+# --warmup-epochs=40 --stop-grad-conv1 --moco-m-cos --moco-t=.2, batch 4096,
+# crop-min 0.08 by default).
+# Published linear top-1 (not measured here): 73.2 (300 ep).
+#
+#   tools/dist_train.sh \
+#       configs/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py 16
+_base_ = [
+    'mmpretrain::_base_/datasets/imagenet_bs512_mocov3.py',
+    '_base_/default_runtime.py',
+]
+
+# The two asymmetric views of the official code (BYOL's recipe): blur with
+# prob 1.0 / 0.1, solarize with prob 0 / 0.2, crop scale (0.08, 1) for ViT
+# (the dataset base has ResNet's 0.2).
+view_pipeline1 = [
+    dict(
+        type='RandomResizedCrop',
+        scale=224,
+        crop_ratio_range=(0.08, 1.),
+        backend='pillow'),
+    dict(
+        type='RandomApply',
+        transforms=[
+            dict(
+                type='ColorJitter',
+                brightness=0.4,
+                contrast=0.4,
+                saturation=0.2,
+                hue=0.1)
+        ],
+        prob=0.8),
+    dict(
+        type='RandomGrayscale',
+        prob=0.2,
+        keep_channels=True,
+        channel_weights=(0.114, 0.587, 0.2989)),
+    dict(
+        type='GaussianBlur',
+        magnitude_range=(0.1, 2.0),
+        magnitude_std='inf',
+        prob=1.),
+    dict(type='Solarize', thr=128, prob=0.),
+    dict(type='RandomFlip', prob=0.5),
+]
+view_pipeline2 = [
+    dict(
+        type='RandomResizedCrop',
+        scale=224,
+        crop_ratio_range=(0.08, 1.),
+        backend='pillow'),
+    dict(
+        type='RandomApply',
+        transforms=[
+            dict(
+                type='ColorJitter',
+                brightness=0.4,
+                contrast=0.4,
+                saturation=0.2,
+                hue=0.1)
+        ],
+        prob=0.8),
+    dict(
+        type='RandomGrayscale',
+        prob=0.2,
+        keep_channels=True,
+        channel_weights=(0.114, 0.587, 0.2989)),
+    dict(
+        type='GaussianBlur',
+        magnitude_range=(0.1, 2.0),
+        magnitude_std='inf',
+        prob=0.1),
+    dict(type='Solarize', thr=128, prob=0.2),
+    dict(type='RandomFlip', prob=0.5),
+]
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(
+        type='MultiView',
+        num_views=[1, 1],
+        transforms=[view_pipeline1, view_pipeline2]),
+    dict(type='PackInputs')
+]
+# (collate_fn restated without the `_scope_` mmengine adds to the dicts of
+# an `mmpretrain::` base, which default_collate would receive as an argument)
+train_dataloader = dict(
+    batch_size=256,
+    collate_fn=dict(_delete_=True, type='default_collate'),
+    dataset=dict(pipeline=train_pipeline))
+
+temperature = 0.2
+norm_cfg = dict(type='SyncBN')  # the MLPs' BN1d, synchronised
+model = dict(
+    type='MoCoV3',
+    # mmpretrain's MoCoV3ViT: frozen random patch projection
+    # (stop_grad_conv1), fixed 2-D sin-cos position embedding; the class
+    # token after the final LayerNorm is the feature.
+    backbone=dict(
+        type='MoCoV3ViT',
+        arch='mocov3-small',  # embed 384, 12 layers, 12 heads
+        img_size=224,
+        patch_size=16,
+        stop_grad_conv1=True),
+    # projector 384-4096-4096-256, last BN without affine
+    neck=dict(
+        type='MoCoProjectionNeck',
+        in_channels=384,
+        hid_channels=4096,
+        out_channels=256,
+        num_layers=3,
+        with_bias=False,
+        with_bn=True,
+        with_last_bn=True,
+        with_last_bn_affine=False,
+        norm_cfg=norm_cfg,
+        with_avg_pool=False),
+    # predictor 256-4096-256; for ViT it ends with an affine-free BN too
+    predictor=dict(
+        type='MoCoProjectionNeck',
+        in_channels=256,
+        hid_channels=4096,
+        out_channels=256,
+        num_layers=2,
+        with_bias=False,
+        with_bn=True,
+        with_last_bn=True,
+        with_last_bn_affine=False,
+        norm_cfg=norm_cfg,
+        with_avg_pool=False),
+    head=dict(
+        type='InfoNCEHead',
+        temperature=temperature,
+        loss=dict(type='CrossEntropyLoss', loss_weight=2 * temperature)))
+
+# m from 0.99 to 1 on a half-cycle cosine (--moco-m 0.99 --moco-m-cos)
+custom_hooks = [
+    dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')
+]
+
+# AdamW, lr 1.5e-4 x 4096 / 256 = 2.4e-3, wd 0.1 on all parameters. The
+# official code uses torch.optim.AdamW's default betas (0.9, 0.999).
+optim_wrapper = dict(
+    type='AmpOptimWrapper',
+    loss_scale='dynamic',
+    optimizer=dict(
+        type='AdamW', lr=2.4e-3, betas=(0.9, 0.999), weight_decay=0.1))
+
+# 40 linear warmup epochs, then half-cycle cosine to 0, per iteration
+param_scheduler = [
+    dict(
+        type='LinearLR',
+        start_factor=1e-4,
+        by_epoch=True,
+        begin=0,
+        end=40,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        T_max=260,
+        eta_min=0.,
+        by_epoch=True,
+        begin=40,
+        end=300,
+        convert_to_iter_based=True)
+]
+
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=300)
+default_hooks = dict(checkpoint=dict(max_keep_ckpts=3))
+
+# lr 2.4e-3 is for a total batch of 4096 (16 x 256); --auto-scale-lr
+# rescales it
+auto_scale_lr = dict(base_batch_size=4096)

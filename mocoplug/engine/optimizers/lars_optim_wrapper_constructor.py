@@ -1,0 +1,108 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import List, Optional
+
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
+# the class whose `lars_exclude` group key this constructor sets
+from mmpretrain.engine.optimizers import LARS
+
+from mocoplug.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
+                               OPTIMIZERS)
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
+    """Exclude 1-D parameters from weight decay and from LARS adaptation.
+
+    The LARS of `An Empirical Study of Training Self-Supervised Vision
+    Transformers <https://arxiv.org/abs/2104.02057>`_ (MoCo v3; official
+    ``moco/optimizer.py``) applies weight decay and the layer-wise trust
+    ratio only to parameters with ``p.ndim > 1``: normalization gamma/beta
+    and biases get neither. mmpretrain's ``LARS`` implements the exclusion
+    per parameter group (``lars_exclude=True``, plus a zero
+    ``weight_decay``), and its configs select those groups by *name*
+    (``custom_keys={'bn': ..., 'bias': ..., 'downsample.1': ...}``). Names
+    miss layers: the BatchNorm1d layers of ``MoCoProjectionNeck`` (the
+    projector and the predictor) are ``mlp.1``, ``mlp.4``..., so their gamma
+    would be decayed and LARS-scaled.
+
+    This constructor selects by *shape*, like the official code: after the
+    usual parameter-wise options of
+    :class:`~mmengine.optim.DefaultOptimWrapperConstructor` (``custom_keys``,
+    ``bias_lr_mult``...), every parameter with ``ndim <= 1`` is put in a
+    group with ``weight_decay=0`` and ``lars_exclude=True``, whatever its
+    name or module type. Weights (conv, linear; ``ndim > 1``) keep the
+    optimizer's weight decay and LARS adaptation.
+
+    Example::
+
+        optim_wrapper = dict(
+            constructor='LARSOptimWrapperConstructor',
+            optimizer=dict(type='LARS', lr=9.6, momentum=0.9,
+                           weight_decay=1e-6))
+
+    Args:
+        optim_wrapper_cfg (dict): Config of the optimizer wrapper, with its
+            ``optimizer`` (mmpretrain's ``LARS``).
+        paramwise_cfg (dict, optional): mmengine's parameter-wise options;
+            they apply first, then the exclusion overrides the 1-D groups.
+    """
+
+    def __init__(self,
+                 optim_wrapper_cfg: dict,
+                 paramwise_cfg: Optional[dict] = None) -> None:
+        super().__init__(optim_wrapper_cfg, paramwise_cfg)
+        optimizer_type = self.optimizer_cfg.get('type')
+        if isinstance(optimizer_type, str):
+            optimizer_type = OPTIMIZERS.get(optimizer_type)
+        if not (isinstance(optimizer_type, type)
+                and issubclass(optimizer_type, LARS)):
+            name = getattr(optimizer_type, '__name__',
+                           self.optimizer_cfg.get('type'))
+            raise ValueError(
+                'LARSOptimWrapperConstructor: optim_wrapper.optimizer.type '
+                f"must be 'LARS' (mmpretrain's, which reads lars_exclude), "
+                f'got {name!r}. For another optimizer drop the constructor '
+                'and use paramwise_cfg=dict(flat_decay_mult=0.) to exclude '
+                '1-D parameters from weight decay.')
+
+    def exclude_flat_params(self, params: List[dict]) -> None:
+        """Give every group of 1-D parameters ``weight_decay=0`` and
+        ``lars_exclude=True`` (in place)."""
+        for group in params:
+            if all(p.ndim <= 1 for p in group['params']):
+                group['weight_decay'] = 0.
+                group['lars_exclude'] = True
+
+    def __call__(self, model: nn.Module) -> OptimWrapper:
+        if hasattr(model, 'module'):
+            model = model.module
+        params: List[dict] = []
+        if self.paramwise_cfg:
+            # mmengine's options first: one group per parameter.
+            self.add_params(params, model)
+        else:
+            # Frozen parameters (the momentum encoder, a ViT's frozen patch
+            # projection) stay out of the optimizer, as in the default
+            # constructor they would only be skipped by it.
+            params = [
+                dict(params=[p]) for p in model.parameters() if p.requires_grad
+            ]
+        self.exclude_flat_params(params)
+        num_excluded = sum(
+            len(g['params']) for g in params if g.get('lars_exclude', False))
+        print_log(
+            f'LARSOptimWrapperConstructor: {num_excluded} of '
+            f'{sum(len(g["params"]) for g in params)} trainable parameters '
+            '(ndim <= 1: norm gamma/beta, biases) have no weight decay and '
+            'no LARS adaptation',
+            logger='current')
+
+        optimizer_cfg = self.optimizer_cfg.copy()
+        optimizer_cfg['params'] = params
+        optimizer = OPTIMIZERS.build(optimizer_cfg)
+        optim_wrapper_cfg = self.optim_wrapper_cfg.copy()
+        optim_wrapper_cfg.setdefault('type', 'OptimWrapper')
+        return OPTIM_WRAPPERS.build(
+            optim_wrapper_cfg, default_args=dict(optimizer=optimizer))
