@@ -149,10 +149,14 @@ def test_schedule_and_multiscale(config):
         assert cfg.val_evaluator.metric == ['bbox', 'segm']
 
 
-def test_voc_reports_ap50_ap75_and_coco_style_ap(config):
-    path, cfg = config
-    if 'voc' not in path:
-        pytest.skip('VOC only')
+VOC_CONFIGS = [p for p in DETECTION_CONFIGS if 'voc' in osp.basename(p)]
+C4_CONFIGS = [p for p in DETECTION_CONFIGS if is_c4(p)]
+
+
+@pytest.mark.parametrize('path', VOC_CONFIGS, ids=osp.basename)
+def test_voc_reports_ap50_ap75_and_coco_style_ap(path):
+    assert VOC_CONFIGS
+    cfg = Config.fromfile(path)
     ev = cfg.val_evaluator
     assert ev.type == 'VOCMetric' and ev.eval_mode == '11points'
     assert [int(t * 100) for t in ev.iou_thrs] == list(range(50, 100, 5))
@@ -209,12 +213,11 @@ def test_model_builds_for_one_process(config):
         assert len(model.roi_head.bbox_head.shared_convs) == 4
 
 
-def test_c4_res5_is_followed_by_the_extra_norm(config):
+@pytest.mark.parametrize('path', C4_CONFIGS, ids=osp.basename)
+def test_c4_res5_is_followed_by_the_extra_norm(path):
     """mmpretrain's ResLayerExtraNorm = detectron2's Res5ROIHeadsExtraNorm:
     the norm is applied to the output of res5 (after its last ReLU)."""
-    path, cfg = config
-    if not is_c4(path):
-        pytest.skip('C4 only')
+    cfg = Config.fromfile(path)
     from mmdet.registry import MODELS
 
     init_default_scope('mmdet')
