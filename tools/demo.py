@@ -3,7 +3,7 @@
 scikit-learn, then weighted-kNN evaluation on held-out images.
 
 1. Pretrain MoCo v2 twice, without labels, on the 1258 training digits
-   (configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-20e_digits.py): with
+   (configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py): with
    the queue as is, and with `exclude_same_instance=True` (the dataset is
    smaller than the 4096-key queue, so the queue holds older keys of the
    query's own image: false negatives).
@@ -41,7 +41,7 @@ from mocoplug.visualization import load_scalars, plot_scalar_curves
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
-                  'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-20e_digits.py')
+                  'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
 KNN = dict(topk=(20, ), temperature=0.07)
 PERTURBATION = dict(
     type='FixedRandomAffine',

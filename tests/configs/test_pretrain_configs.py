@@ -14,7 +14,7 @@ PRETRAIN = [
     'mocov2_r50_8xb32-coslr-800e_in1k.py',
     'mocov1_r50_8xb32-steplr-200e_in1k.py',
     'mocov2_r50_8xb32-coslr-200e_folder.py',
-    'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-20e_digits.py',
+    'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py',
 ]
 
 

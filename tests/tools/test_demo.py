@@ -33,7 +33,7 @@ def test_bn_statistics_are_the_exact_dataset_average(load_tool):
 
 def test_demo_end_to_end_one_epoch(tmp_path, load_tool):
     """The two runs, the four encoders and every output file, on 1 epoch
-    (the real demo runs 20; README has its figures)."""
+    (the real demo runs 30; README has its figures)."""
     summary = load_tool('demo').main(
         ['--work-dir', str(tmp_path), '--epochs', '1'])
     saved = json.loads((tmp_path / 'results.json').read_text())

@@ -12,7 +12,7 @@ import torch
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(
-    ROOT, 'configs', 'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-20e_digits.py')
+    ROOT, 'configs', 'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
 
 
 def free_port() -> int:

@@ -1,13 +1,13 @@
 # The embedded demo (`make demo`): MoCo v2 on the handwritten digits that ship
 # with scikit-learn (1258 train images, 32 px; 539 kept aside), 1 CPU/GPU,
 # batch 64, Shuffle BN emulated with SplitBN (4 slices, backbone and head),
-# cosine lr.
+# cosine lr, 30 epochs.
 # The backbone is a CIFAR-style ResNet-18 (3x3 stem, no max-pool) with 16
 # base channels instead of 64, so a run takes about 2 minutes on 2 CPU cores.
 # Labels are not loaded for pretraining (with_label=False); the kNN monitor
 # uses the labelled splits, outside the loss.
 #   python tools/train.py \
-#       configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-20e_digits.py
+#       configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py
 _base_ = ['_base_/default_runtime.py']
 
 # The dataset (1258 images) is smaller than the queue (4096 keys): each image
@@ -46,7 +46,12 @@ model = dict(
         with_bn=True,
         with_last_bn=True,
         with_last_bn_affine=False),
-    head=dict(type='InfoNCEHead', temperature=0.2),
+    # tau 0.1 instead of ImageNet's 0.2: 1258 near-identical images need a
+    # sharper softmax. Measured while tuning (30 epochs, one random stream
+    # each, kNN clean/perturbed): tau 0.2 88.7/59.0, tau 0.1 88.7/65.3.
+    # Figures move by several points with the random stream alone (`make
+    # demo` with this config gave 90.2/57.7): read them as a trend.
+    head=dict(type='InfoNCEHead', temperature=0.1),
     queue=dict(
         type='NegativeKeyQueue',
         size=4096,
@@ -116,13 +121,16 @@ custom_hooks = [
         temperature=0.07),
 ]
 
+# MoCo v2's wd 1e-4 (while tuning, with tau 0.1: 88.7/67.3 against
+# 88.7/65.3 with 5e-4). 30 epochs = 570 iterations: kNN was still rising
+# at 20 (the 20-epoch demo with tau 0.2 and wd 5e-4 gave 85.7/44.5).
 optim_wrapper = dict(
     type='OptimWrapper',
-    optimizer=dict(type='SGD', lr=0.06, momentum=0.9, weight_decay=5e-4))
+    optimizer=dict(type='SGD', lr=0.06, momentum=0.9, weight_decay=1e-4))
 param_scheduler = [
-    dict(type='CosineAnnealingLR', T_max=20, by_epoch=True, begin=0, end=20)
+    dict(type='CosineAnnealingLR', T_max=30, by_epoch=True, begin=0, end=30)
 ]
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=20)
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=30)
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
