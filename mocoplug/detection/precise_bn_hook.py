@@ -9,8 +9,8 @@ from mmengine.dataset import DefaultSampler
 from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.runner import EpochBasedTrainLoop, Runner
+from mmpretrain.utils import get_ori_model
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
@@ -145,8 +145,7 @@ class DetectionPreciseBNHook(Hook):
 
     def run(self, runner: Runner) -> None:
         """Recompute the BN statistics of ``runner.model``."""
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
+        model = get_ori_model(runner.model)
         model.train()
         loader = self.precise_bn_loader(runner)
         # every process must run the same number of forwards (SyncBN)

@@ -6,6 +6,7 @@ from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 # the class whose `lars_exclude` group key this constructor sets
 from mmpretrain.engine.optimizers import LARS
+from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
                                OPTIMIZERS)
@@ -76,8 +77,7 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                 group['lars_exclude'] = True
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        if hasattr(model, 'module'):
-            model = model.module
+        model = get_ori_model(model)
         params: List[dict] = []
         if self.paramwise_cfg:
             # mmengine's options first: one group per parameter.
