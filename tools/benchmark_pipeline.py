@@ -185,8 +185,10 @@ def main(argv=None):
         raise SystemExit(f'{args.config}: the train pipeline should start '
                          'with LoadImageFromFile')
     pipelines = dict(
-        mocoplug=(build(ours_cfg), build(ours_cfg[1:]), load_backend(ours_cfg)),
-        mmpretrain=(build(ref_cfg), build(ref_cfg[1:]), load_backend(ref_cfg)))
+        mocoplug=(build(ours_cfg), build(ours_cfg[1:]),
+                  load_backend(ours_cfg)),
+        mmpretrain=(build(ref_cfg), build(ref_cfg[1:]),
+                    load_backend(ref_cfg)))
     decode = decoders()
     official = official_views()
     decoded_bgr = {name: [fn(b) for b in blobs] for name, fn in decode.items()}

@@ -31,7 +31,8 @@ def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
     np_h = np.array(h, dtype=np.uint8)
     with np.errstate(over='ignore'):
         np_h += np.uint8(int(hue_factor * 255) % 256)
-    return Image.merge('HSV', (Image.fromarray(np_h, 'L'), s, v)).convert('RGB')
+    hsv = Image.merge('HSV', (Image.fromarray(np_h, 'L'), s, v))
+    return hsv.convert('RGB')
 
 
 @TRANSFORMS.register_module()
