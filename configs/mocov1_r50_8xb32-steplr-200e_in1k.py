@@ -16,7 +16,9 @@ model = dict(
 
 # The official v1 augmentation: crop (scale 0.2-1), grayscale p=0.2, colour
 # jitter 0.4 always (hue 0.4 too), flip. Images are loaded as BGR, hence the
-# grayscale channel weights in B, G, R order.
+# grayscale channel weights in B, G, R order. Fast* are mocoplug's faster
+# versions of mmpretrain's transforms (same parameters and random draws);
+# see the MoCo v2 config for the `mocoplug.` prefix.
 view_pipeline = [
     dict(
         type='RandomResizedCrop',
@@ -24,12 +26,12 @@ view_pipeline = [
         crop_ratio_range=(0.2, 1.),
         backend='pillow'),
     dict(
-        type='RandomGrayscale',
+        type='mocoplug.FastRandomGrayscale',
         prob=0.2,
         keep_channels=True,
         channel_weights=(0.114, 0.587, 0.2989)),
     dict(
-        type='ColorJitter',
+        type='mocoplug.FastColorJitter',
         brightness=0.4,
         contrast=0.4,
         saturation=0.4,
@@ -37,7 +39,7 @@ view_pipeline = [
     dict(type='RandomFlip', prob=0.5),
 ]
 train_pipeline = [
-    dict(type='LoadImageFromFile'),
+    dict(type='LoadImageFromFile', imdecode_backend='cv2'),
     dict(type='MultiView', num_views=2, transforms=[view_pipeline]),
     dict(type='PackInputs')
 ]

@@ -1,6 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import math
+import os.path as osp
 
+import mmpretrain
 import pytest
 import torch
 from mmengine.config import Config
@@ -38,7 +40,7 @@ def test_mocov2_200e_recipe():
             cfg.model.neck.out_channels) == (2, 2048, 2048, 128)
     assert hook(cfg, 'MomentumUpdateHook').momentum == 0.999
     views = cfg.train_dataloader.dataset.pipeline[1].transforms[0]
-    assert 'GaussianBlur' in [v['type'] for v in views]
+    assert 'mocoplug.FastGaussianBlur' in [v['type'] for v in views]
     assert Config.fromfile(
         config_path('mocov2_r50_8xb32-coslr-200e_in1k.py')).model == cfg.model
 
@@ -58,9 +60,43 @@ def test_mocov2_800e_and_mocov1_recipes():
     ]
     views = v1.train_dataloader.dataset.pipeline[1].transforms[0]
     assert [v['type'] for v in views] == [
-        'RandomResizedCrop', 'RandomGrayscale', 'ColorJitter', 'RandomFlip'
+        'RandomResizedCrop', 'mocoplug.FastRandomGrayscale',
+        'mocoplug.FastColorJitter', 'RandomFlip'
     ]
     assert hook(v1, 'MomentumUpdateHook').momentum == 0.999
+
+
+def test_mocov2_views_are_mmpretrains_with_the_fast_transforms():
+    """The restated MoCo v2 pipeline is mmpretrain's base pipeline, every
+    parameter the same, with Fast* in place of three transforms."""
+    base = Config.fromfile(
+        osp.join(
+            osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_',
+            'datasets', 'imagenet_bs32_mocov2.py')).train_pipeline
+    fast = {
+        'mocoplug.FastColorJitter', 'mocoplug.FastRandomGrayscale',
+        'mocoplug.FastGaussianBlur'
+    }
+
+    def plain(obj):
+        if isinstance(obj, (list, tuple)):
+            return [plain(o) for o in obj]
+        if not isinstance(obj, dict):
+            return obj
+        out = {k: plain(v) for k, v in obj.items() if k != '_scope_'}
+        if out.get('type') in fast:
+            out['type'] = out['type'][len('mocoplug.Fast'):]
+        return out
+
+    for name in ('mocov2_r50_8xb32-coslr-200e_in1k.py',
+                 'mocov2_r50_8xb32-coslr-800e_in1k.py',
+                 'mocov2_r50_8xb32-coslr-200e_folder.py'):
+        ours = Config.fromfile(config_path(name)).train_dataloader
+        ours = ours.dataset.pipeline
+        assert ours[0] == dict(
+            type='LoadImageFromFile', imdecode_backend='cv2')
+        assert plain(ours[1:]) == plain(base[1:])
+        assert {v['type'] for v in ours[1].transforms[0]} & fast
 
 
 def test_folder_variant_reads_unlabelled_images():
