@@ -313,7 +313,7 @@ class RepresentationHealthHook(Hook):
             f'(d = {dim}; healthy: about 1/sqrt(d) = '
             f'{1 / math.sqrt(dim):.4f}), below '
             f'{self.collapse_ratio}/sqrt(d) for {self.num_low_checks} '
-            f'checks in a row ({self.interval} iterations apart); '
+            f'checks in a row (one every {self.interval} iterations); '
             f'uniformity {metrics["uniformity"]:.3f} (0 = collapsed), '
             f'pos_sim {metrics["pos_sim"]:.3f}, neg_sim '
             f'{metrics["neg_sim"]:.3f}. The images map to almost one '
@@ -361,8 +361,8 @@ class RepresentationHealthHook(Hook):
                  'with_last_bn_affine=False (as the digits config).'))
         temperature = getattr(getattr(model, 'head', None), 'temperature',
                               None)
-        tau = ('A very small temperature (below ~0.05) gives gradients '
-               'only to the hardest negatives' +
+        tau = ('A very small temperature (below ~0.05) makes training '
+               'unstable: only the hardest negatives get gradient' +
                (f'; this run: {temperature}.'
                 if temperature is not None else '.'))
         return [
