@@ -27,10 +27,16 @@ DIGITS = 'configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py'
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('config', nargs='?', default=DIGITS)
-    parser.add_argument('--steps', type=int, default=10,
-                        help='training steps timed (and checks)')
-    parser.add_argument('--calls', type=int, default=10000,
-                        help='unchecked-iteration hook calls timed')
+    parser.add_argument(
+        '--steps',
+        type=int,
+        default=10,
+        help='training steps timed (and checks)')
+    parser.add_argument(
+        '--calls',
+        type=int,
+        default=10000,
+        help='unchecked-iteration hook calls timed')
     return parser.parse_args(argv)
 
 
@@ -49,12 +55,11 @@ def main(argv=None):
     cfg.work_dir = tempfile.mkdtemp()
     cfg.log_level = 'WARNING'
     cfg.custom_hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h['type'] != 'KNNMonitorHook'
+        h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
     ]
     runner = Runner.from_cfg(cfg)
-    hook = next(h for h in runner.hooks
-                if isinstance(h, RepresentationHealthHook))
+    hook = next(
+        h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
     runner.train_loop  # builds the loop and the dataloader
     runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
     hook.before_train(runner)

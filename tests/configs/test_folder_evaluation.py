@@ -85,10 +85,10 @@ def direct_features(model, folder, pipeline, preprocessor_cfg):
     dataset, the preprocessing and the pooling written out."""
     with DefaultScope.overwrite_default_scope('mocoplug'):
         dataset = DATASETS.build(
-            dict(type='CustomDataset', data_root=str(folder),
-                 pipeline=pipeline))
-        pre = MODELS.build(
-            dict(preprocessor_cfg, type='ClsDataPreprocessor'))
+            dict(
+                type='CustomDataset', data_root=str(folder),
+                pipeline=pipeline))
+        pre = MODELS.build(dict(preprocessor_cfg, type='ClsDataPreprocessor'))
     batch = pre(default_collate([dataset[i] for i in range(len(dataset))]))
     model.backbone.eval()
     feats = model.backbone(batch['inputs'])[-1].mean((2, 3))
@@ -101,8 +101,8 @@ def knn_cfg_file(tmp_path):
     cfg = Config.fromfile(config_path(KNN))
     cfg.model.backbone.update(TINY_R18)
     for field in ('knn_memory_dataloader', 'knn_query_dataloader'):
-        cfg[field].dataset.pipeline = shrink_crops(
-            cfg[field].dataset.pipeline, 32)
+        cfg[field].dataset.pipeline = shrink_crops(cfg[field].dataset.pipeline,
+                                                   32)
         cfg[field].num_workers = 0
     path = tmp_path / 'knn.py'
     cfg.dump(str(path))
@@ -140,9 +140,9 @@ def test_knn_on_class_folders_is_leave_one_out(split_folder, moco_checkpoint,
         cfg_file, path, '--data-root',
         str(folder), '--cfg-options', 'knn.topk=[3]', 'knn.temperature=0.1'
     ])
-    feats, labels = direct_features(
-        model, folder, cfg.knn_memory_dataloader.dataset.pipeline,
-        cfg.data_preprocessor)
+    feats, labels = direct_features(model, folder,
+                                    cfg.knn_memory_dataloader.dataset.pipeline,
+                                    cfg.data_preprocessor)
     feats = F.normalize(feats, dim=1)
     correct = 0
     for i in range(len(feats)):
@@ -193,8 +193,8 @@ def linear_cfg_file(tmp_path):
     cfg.env_cfg = dict(dist_cfg=dict(backend='gloo'))
     cfg.train_cfg.max_epochs = 1
     for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        cfg[field].dataset.pipeline = shrink_crops(
-            cfg[field].dataset.pipeline, 32)
+        cfg[field].dataset.pipeline = shrink_crops(cfg[field].dataset.pipeline,
+                                                   32)
         cfg[field].batch_size = 6
         cfg[field].num_workers = 0
         cfg[field].persistent_workers = False

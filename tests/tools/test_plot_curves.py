@@ -60,21 +60,24 @@ def test_health_figures_are_drawn(tmp_path, load_tool):
     vis = tmp_path / '20260101_000000' / 'vis_data'
     vis.mkdir(parents=True)
     records = [
-        dict({f'health/{name}': 0.1 * i + n
-              for n, name in enumerate(HEALTH_SCALARS)},
-             loss=5.0 - i,
-             step=10 * i) for i in (1, 2)
+        dict(
+            {
+                f'health/{name}': 0.1 * i + n
+                for n, name in enumerate(HEALTH_SCALARS)
+            },
+            loss=5.0 - i,
+            step=10 * i) for i in (1, 2)
     ]
-    (vis / 'scalars.json').write_text('\n'.join(
-        json.dumps(r) for r in records) + '\n')
+    (vis /
+     'scalars.json').write_text('\n'.join(json.dumps(r)
+                                          for r in records) + '\n')
     assert panel_lines({'run': records},
                        ('health/alignment', 'health/uniformity')) == [
                            ('run health/alignment', [10, 20], [2.1, 2.2]),
                            ('run health/uniformity', [10, 20], [3.1, 3.2]),
                        ]
-    assert panel_lines({'': records}, ('health/std', )) == [
-        ('', [10, 20], [0.1, 0.2])
-    ]
+    assert panel_lines({'': records},
+                       ('health/std', )) == [('', [10, 20], [0.1, 0.2])]
     written = load_tool('plot_curves').main(
         [str(tmp_path), '--out', str(tmp_path / 'png')])
     names = sorted(p.rsplit('/', 1)[-1] for p in written)

@@ -185,8 +185,9 @@ class RepresentationHealthHook(Hook):
         logger = self._logger_hook
         if logger is not None:
             logged = self.every_n_inner_iters(batch_idx, logger.interval) or (
-                ends_epoch and (not logger.ignore_last or len(
-                    runner.train_dataloader) <= logger.interval))
+                ends_epoch and
+                (not logger.ignore_last
+                 or len(runner.train_dataloader) <= logger.interval))
             if not logged:
                 return False
         return self.every_n_inner_iters(batch_idx, self.interval) or (
@@ -244,16 +245,15 @@ class RepresentationHealthHook(Hook):
         keys = [F.normalize(k.float(), dim=1) for k in stash['keys']]
         q_all, k_all = torch.cat(queries), torch.cat(keys)
         dim = self.dim = q_all.shape[1]
-        values = {
-            'std': embedding_std(q_all),
-            'alignment': alignment(q_all, k_all),
-            'uniformity': torch.stack(
+        values = dict(
+            std=embedding_std(q_all),
+            alignment=alignment(q_all, k_all),
+            uniformity=torch.stack(
                 [uniformity(q, self.uniformity_t) for q in queries]).mean(),
-            'pos_sim': (q_all * k_all).sum(dim=1).mean(),
-            'neg_sim': self.negative_similarity(queries, keys),
-            'key_query_dist': relative_parameter_distance(
-                self._online, self._target),
-        }
+            pos_sim=(q_all * k_all).sum(dim=1).mean(),
+            neg_sim=self.negative_similarity(queries, keys),
+            key_query_dist=relative_parameter_distance(self._online,
+                                                       self._target))
         names = list(values)
         figures = dict(
             zip(names,
@@ -285,17 +285,17 @@ class RepresentationHealthHook(Hook):
             new = self.keys_per_step(queue, sum(k.shape[0] for k in keys))
             if new >= size:  # the whole queue is this step's keys
                 return sims.mean()
-            newest = (queue.ptr - 1 - torch.arange(
-                new, device=bank.device)) % size
-            keep = torch.ones(size, device=bank.device).index_fill_(
-                0, newest, 0.)
+            newest = (queue.ptr - 1 -
+                      torch.arange(new, device=bank.device)) % size
+            keep = torch.ones(
+                size, device=bank.device).index_fill_(0, newest, 0.)
             return (sims * keep).sum() / (sims.shape[0] * (size - new))
         means = []
         for q, k in zip(queries, keys):
             sims = q @ k.t()
             n = sims.shape[0]
-            means.append((sims.sum() - sims.diagonal().sum()) /
-                         max(n * (n - 1), 1))
+            means.append(
+                (sims.sum() - sims.diagonal().sum()) / max(n * (n - 1), 1))
         return torch.stack(means).mean()
 
     def check_collapse(self, runner: Runner, metrics: Dict[str,
@@ -366,8 +366,8 @@ class RepresentationHealthHook(Hook):
                 ('this neck has BatchNorm.' if neck_bn else
                  'this neck has none; try with_bn=True, with_last_bn=True, '
                  'with_last_bn_affine=False (as the digits config).'))
-        temperature = getattr(getattr(model, 'head', None), 'temperature',
-                              None)
+        temperature = getattr(
+            getattr(model, 'head', None), 'temperature', None)
         tau = ('A very small temperature (below ~0.05) makes training '
                'unstable: only the hardest negatives get gradient' +
                (f'; this run: {temperature}.'

@@ -74,8 +74,8 @@ def relative_parameter_distance(
                          f'{len(target)} tensors')
     with torch.no_grad():
         diff = torch.linalg.vector_norm(
-            torch.stack(torch._foreach_norm(torch._foreach_sub(target,
-                                                               online))))
+            torch.stack(
+                torch._foreach_norm(torch._foreach_sub(target, online))))
         norm = torch.linalg.vector_norm(
             torch.stack(torch._foreach_norm(online)))
     return diff / norm.clamp_min(1e-12)

@@ -91,8 +91,7 @@ def test_queue_figures_equal_a_hand_computation():
     metrics = hook.measure(model.stashed_embeddings, steps=2)
 
     negatives = [0, 3, 4, 5]
-    neg = sum(float(q[i] @ bank[j]) for i in range(2)
-              for j in negatives) / 8
+    neg = sum(float(q[i] @ bank[j]) for i in range(2) for j in negatives) / 8
     assert metrics['neg_sim'] == pytest.approx(neg)
     assert metrics['pos_sim'] == pytest.approx(float((q * k).sum(1).mean()))
     assert metrics['std'] == pytest.approx(float(embedding_std(q)))
@@ -165,8 +164,8 @@ def health_runner(tmp_path, make_cfg, max_iters, neck=None, **hook_args):
     if neck is not None:
         cfg.model.neck = neck
     runner = Runner.from_cfg(cfg)
-    hook = next(h for h in runner.hooks
-                if isinstance(h, RepresentationHealthHook))
+    hook = next(
+        h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
     return runner, hook
 
 
@@ -240,8 +239,8 @@ def test_logs_the_current_batch_only_on_check_iterations(
     assert collapse_warnings(tmp_path) == 0
 
 
-def test_collapsing_model_is_warned_about_exactly_once(
-        tmp_path, tiny_moco_runner_cfg):
+def test_collapsing_model_is_warned_about_exactly_once(tmp_path,
+                                                       tiny_moco_runner_cfg):
     runner, hook = health_runner(
         tmp_path,
         tiny_moco_runner_cfg,
