@@ -9,6 +9,17 @@ configs/benchmarks/knn_*.py.
     python tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT
     torchrun --nproc_per_node 8 tools/knn_eval.py CONFIG CKPT \\
         --launcher pytorch
+
+Your own labelled images (mmpretrain CustomDataset layout, one sub-folder
+per class) instead of the config's data, with the config's test pipeline:
+
+    python tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT \\
+        --data-root /path/to/folder
+
+With FOLDER/train/<class>/* and FOLDER/val/<class>/*, the train images are
+the memory and the val images the queries; a FOLDER/<class>/* tree without
+train/ and val/ is evaluated leave-one-out (every image is classified by
+its nearest other images).
 """
 import argparse
 import json
@@ -24,15 +35,47 @@ from mmengine.runner import Runner
 import mocoplug  # noqa: F401
 from mocoplug.evaluation import extract_features, weighted_knn_accuracy
 from mocoplug.registry import MODELS
-from mocoplug.utils import fill_pretrained
+from mocoplug.utils import fill_pretrained, labelled_folder_classes
 
 REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
+
+
+def use_labelled_folder(cfg: Config, root: str) -> bool:
+    """Point the memory and query sets at a labelled folder (mmpretrain
+    ``CustomDataset``, keeping each loader's pipeline).
+
+    Returns:
+        bool: True when the folder has no train/ and val/ splits, so the
+        evaluation is leave-one-out over the whole folder.
+    """
+    if not osp.isdir(root):
+        raise SystemExit(f'--data-root {root!r} is not a folder')
+    split = all(osp.isdir(osp.join(root, s)) for s in ('train', 'val'))
+    prefixes = ('train', 'val') if split else ('', '')
+    classes = [labelled_folder_classes(osp.join(root, p)) for p in prefixes]
+    if classes[0] != classes[1]:
+        raise SystemExit(
+            f'--data-root {root!r}: train/ has the classes {classes[0]} but '
+            f'val/ has {classes[1]}; both need the same class sub-folders.')
+    for field, prefix in zip(REQUIRED[1:], prefixes):
+        cfg[field].dataset = dict(
+            type='CustomDataset',
+            data_root=root,
+            data_prefix=prefix,
+            with_label=True,
+            pipeline=cfg[field].dataset.pipeline)
+    return not split
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('config', help='kNN config (configs/benchmarks/)')
     parser.add_argument('checkpoint', help='MoCo checkpoint to evaluate')
+    parser.add_argument(
+        '--data-root',
+        help='evaluate on this labelled folder instead of the config data: '
+        'DIR/train/<class>/* as memory and DIR/val/<class>/* as queries, or '
+        'DIR/<class>/* leave-one-out')
     parser.add_argument('--out', help='also write the figures to this JSON')
     parser.add_argument(
         '--cfg-options',
@@ -59,6 +102,9 @@ def main(argv=None):
     if missing:
         raise SystemExit(f'{args.config} lacks {missing}: start from '
                          'configs/benchmarks/knn_r50_in1k.py')
+    leave_one_out = False
+    if args.data_root:
+        leave_one_out = use_labelled_folder(cfg, args.data_root)
     cfg.pretrained = args.checkpoint
     fill_pretrained(cfg)
     if args.launcher != 'none':
@@ -75,20 +121,32 @@ def main(argv=None):
         if torch.cuda.is_available():
             model = model.cuda()
         loaders = [
-            Runner.build_dataloader(cfg[k], seed=0) for k in REQUIRED[1:]
+            Runner.build_dataloader(cfg[k], seed=0)
+            for k in REQUIRED[1:2 if leave_one_out else 3]
         ]
     num_classes = len(loaders[0].dataset.metainfo.get('classes') or ())
     if not num_classes:
         raise SystemExit('the memory dataset declares no classes')
     bank, bank_labels = extract_features(model, loaders[0], model.backbone)
-    query, labels = extract_features(model, loaders[1], model.backbone)
+    if leave_one_out:
+        query, labels = bank, bank_labels
+    else:
+        query, labels = extract_features(model, loaders[1], model.backbone)
     if get_rank() != 0:
         return None
-    results = weighted_knn_accuracy(query, labels, bank, bank_labels,
-                                    num_classes, knn['topk'],
-                                    knn['temperature'])
-    print(f'weighted kNN (t={knn["temperature"]}) on {len(labels)} queries, '
-          f'{len(bank_labels)} memory images: ' +
+    results = weighted_knn_accuracy(
+        query,
+        labels,
+        bank,
+        bank_labels,
+        num_classes,
+        knn['topk'],
+        knn['temperature'],
+        exclude_self=leave_one_out)
+    protocol = (f'leave-one-out over {len(labels)} images' if leave_one_out
+                else f'on {len(labels)} queries, {len(bank_labels)} memory '
+                'images')
+    print(f'weighted kNN (t={knn["temperature"]}) {protocol}: ' +
           ', '.join(f'{k} {v:.2f}' for k, v in results.items()))
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)

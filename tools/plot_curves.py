@@ -1,6 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Turn a work dir's scalars log into PNG curves: loss, contrastive
-accuracy, lr, momentum and kNN accuracy (whatever the run logged).
+accuracy, lr, momentum, kNN accuracy and the representation-health figures
+(health/*), whatever the run logged.
 
 Example::
 
@@ -38,7 +39,7 @@ def main(argv=None):
     written = plot_scalar_curves(runs, out)
     if not written:
         raise SystemExit('No known metric (loss, contrast_acc, lr, momentum, '
-                         'knn/*) in the scalars log')
+                         'knn/*, health/*) in the scalars log')
     for path in written:
         print(path)
     return written

@@ -16,6 +16,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
+from mocoplug.utils import fill_data_root
 
 
 def parse_args(argv=None):
@@ -49,6 +50,7 @@ def main(argv=None):
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    fill_data_root(cfg)  # the *_folder configs' data_root=DIR
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:

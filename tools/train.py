@@ -20,7 +20,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import fill_pretrained
+from mocoplug.utils import fill_data_root, fill_pretrained
 
 
 def parse_args(argv=None):
@@ -117,6 +117,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     fill_pretrained(cfg)
+    fill_data_root(cfg)  # the *_folder configs' data_root=DIR
     return cfg
 
 

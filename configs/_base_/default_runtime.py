@@ -6,4 +6,9 @@ default_scope = 'mocoplug'
 # Registers mocoplug's components (and its checkpoint-loading fix).
 custom_imports = dict(imports=['mocoplug'], allow_failed_imports=False)
 
-default_hooks = dict(logger=dict(type='LoggerHook', interval=50))
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=50),
+    # embedding std, alignment/uniformity, pos/neg similarity, queue age,
+    # key-query distance on the logged iterations; warns on collapse. Does
+    # nothing for models without a momentum encoder (linear benchmarks).
+    representation_health=dict(type='RepresentationHealthHook'))

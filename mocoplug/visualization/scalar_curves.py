@@ -14,6 +14,21 @@ PANELS = (
     ('lr.png', 'learning rate', ('lr', )),
     ('momentum.png', 'key-encoder momentum m', ('momentum', )),
     ('knn.png', 'weighted kNN top-1 (%)', ('knn/', )),
+    # RepresentationHealthHook's figures (see its docstring for the ranges)
+    ('health_std.png', 'std of L2-normalised queries per dim (~1/sqrt(d); '
+     'collapse: 0)', ('health/std', )),
+    ('health_std_norm.png', 'std x sqrt(d) (healthy ~1, collapse 0)',
+     ('health/std_norm', )),
+    ('health_alignment_uniformity.png',
+     'alignment (lower: closer positives), uniformity (lower: more spread)',
+     ('health/alignment', 'health/uniformity')),
+    ('health_similarity.png', 'mean cosine with positive / negative keys',
+     ('health/pos_sim', 'health/neg_sim')),
+    ('health_key_query_dist.png',
+     'key encoder distance ||theta_k - theta_q|| / ||theta_q||',
+     ('health/key_query_dist', )),
+    ('health_queue_age.png', 'age of the oldest queued key (iterations)',
+     ('health/queue_age', )),
 )
 
 
@@ -50,6 +65,21 @@ def series(records: Sequence[dict], key: str) -> Dict[str, tuple]:
     return out
 
 
+def panel_lines(runs: Dict[str, Sequence[dict]],
+                keys: Sequence[str]) -> List[tuple]:
+    """The ``(legend label, steps, values)`` lines of one panel: one per
+    run and metric; the metric is named in the label when the panel has
+    several (or a key prefix such as 'knn/')."""
+    lines = []
+    for label, records in runs.items():
+        for key in keys:
+            for name, (steps, values) in series(records, key).items():
+                suffix = f' {name}' if key.endswith('/') or len(
+                    keys) > 1 else ''
+                lines.append((f'{label}{suffix}'.strip(), steps, values))
+    return lines
+
+
 def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
                        out_dir: str) -> List[str]:
     """Draw one PNG per metric, one line per run (and per kNN k).
@@ -69,12 +99,7 @@ def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for filename, title, keys in PANELS:
-        lines = []
-        for label, records in runs.items():
-            for key in keys:
-                for name, (steps, values) in series(records, key).items():
-                    suffix = f' {name}' if key.endswith('/') else ''
-                    lines.append((f'{label}{suffix}'.strip(), steps, values))
+        lines = panel_lines(runs, keys)
         if not lines:
             continue
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -84,7 +109,7 @@ def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
                 values,
                 label=label or None,
                 marker='o' if len(steps) < 30 else None)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel('iteration')
         ax.grid(alpha=0.3)
         if any(label for label, _, _ in lines):

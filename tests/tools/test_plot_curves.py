@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from mocoplug.visualization.scalar_curves import series
+from mocoplug.engine.hooks.representation_health_hook import HEALTH_SCALARS
+from mocoplug.visualization.scalar_curves import PANELS, panel_lines, series
 
 
 def write_scalars(folder):
@@ -49,3 +50,42 @@ def test_tool_writes_one_png_per_metric(tmp_path, load_tool):
 def test_missing_log_is_a_clear_error(tmp_path, load_tool):
     with pytest.raises(FileNotFoundError, match='scalars.json'):
         load_tool('plot_curves').main([str(tmp_path)])
+
+
+def test_health_figures_are_drawn(tmp_path, load_tool):
+    """Every scalar of RepresentationHealthHook has a panel; panels with
+    several metrics name them in the legend."""
+    drawn = {key for _, _, keys in PANELS for key in keys}
+    assert {f'health/{name}' for name in HEALTH_SCALARS} <= drawn
+    vis = tmp_path / '20260101_000000' / 'vis_data'
+    vis.mkdir(parents=True)
+    records = [
+        dict(
+            {
+                f'health/{name}': 0.1 * i + n
+                for n, name in enumerate(HEALTH_SCALARS)
+            },
+            loss=5.0 - i,
+            step=10 * i) for i in (1, 2)
+    ]
+    (vis /
+     'scalars.json').write_text('\n'.join(json.dumps(r)
+                                          for r in records) + '\n')
+    assert panel_lines({'run': records},
+                       ('health/alignment', 'health/uniformity')) == [
+                           ('run health/alignment', [10, 20], [2.1, 2.2]),
+                           ('run health/uniformity', [10, 20], [3.1, 3.2]),
+                       ]
+    assert panel_lines({'': records},
+                       ('health/std', )) == [('', [10, 20], [0.1, 0.2])]
+    written = load_tool('plot_curves').main(
+        [str(tmp_path), '--out', str(tmp_path / 'png')])
+    names = sorted(p.rsplit('/', 1)[-1] for p in written)
+    assert names == [
+        'health_alignment_uniformity.png', 'health_key_query_dist.png',
+        'health_queue_age.png', 'health_similarity.png', 'health_std.png',
+        'health_std_norm.png', 'loss.png'
+    ]
+    for path in written:
+        with open(path, 'rb') as f:
+            assert f.read(8) == b'\x89PNG\r\n\x1a\n'

@@ -12,7 +12,8 @@ def weighted_knn_scores(query: torch.Tensor,
                         num_classes: int,
                         k: int = 200,
                         temperature: float = 0.07,
-                        chunk_size: int = 1024) -> torch.Tensor:
+                        chunk_size: int = 1024,
+                        exclude_self: bool = False) -> torch.Tensor:
     """Class scores of the weighted k-nearest-neighbour classifier.
 
     The protocol of `Unsupervised Feature Learning via Non-Parametric
@@ -29,6 +30,9 @@ def weighted_knn_scores(query: torch.Tensor,
         k (int): Number of neighbours (capped at N). Defaults to 200.
         temperature (float): Vote temperature. Defaults to 0.07.
         chunk_size (int): Queries per matmul, to bound memory.
+        exclude_self (bool): Leave-one-out: the queries are the bank
+            (same order) and query i never votes for itself. Defaults to
+            False.
 
     Returns:
         torch.Tensor: Scores (M, num_classes); argmax is the prediction.
@@ -39,10 +43,17 @@ def weighted_knn_scores(query: torch.Tensor,
     query = F.normalize(query.float(), dim=1)
     bank = F.normalize(bank.float().to(query.device), dim=1)
     bank_labels = bank_labels.long().to(query.device)
-    k = min(k, bank.shape[0])
+    if exclude_self and query.shape[0] != bank.shape[0]:
+        raise ValueError('weighted kNN: exclude_self=True needs the queries '
+                         f'to be the bank, got {query.shape[0]} queries and '
+                         f'{bank.shape[0]} bank features')
+    k = min(k, bank.shape[0] - int(exclude_self))
     scores = []
     for start in range(0, query.shape[0], chunk_size):
         sim = query[start:start + chunk_size] @ bank.t()
+        if exclude_self:
+            rows = torch.arange(sim.shape[0], device=sim.device)
+            sim[rows, start + rows] = float('-inf')
         top_sim, top_idx = sim.topk(k, dim=1)
         votes = torch.zeros(sim.shape[0], num_classes, device=query.device)
         votes.scatter_add_(1, bank_labels[top_idx],
@@ -57,8 +68,12 @@ def weighted_knn_accuracy(query: torch.Tensor,
                           bank_labels: torch.Tensor,
                           num_classes: int,
                           topk: Sequence[int] = (20, 200),
-                          temperature: float = 0.07) -> Dict[str, float]:
+                          temperature: float = 0.07,
+                          exclude_self: bool = False) -> Dict[str, float]:
     """Top-1 accuracy (percent) of the weighted kNN classifier for each k.
+
+    ``exclude_self=True``: leave-one-out, the queries are the bank and no
+    image votes for itself (see :func:`weighted_knn_scores`).
 
     Returns:
         Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
@@ -66,7 +81,13 @@ def weighted_knn_accuracy(query: torch.Tensor,
     results = {}
     labels = query_labels.long().to(query.device)
     for k in topk:
-        pred = weighted_knn_scores(query, bank, bank_labels, num_classes, k,
-                                   temperature).argmax(dim=1)
+        pred = weighted_knn_scores(
+            query,
+            bank,
+            bank_labels,
+            num_classes,
+            k,
+            temperature,
+            exclude_self=exclude_self).argmax(dim=1)
         results[f'top1_k{k}'] = (pred == labels).float().mean().item() * 100
     return results

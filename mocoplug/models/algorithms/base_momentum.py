@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
 from collections import OrderedDict
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -65,6 +65,10 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         self.momentum_hook_attached = False
         self.num_momentum_updates = 0
         self._num_train_losses = 0
+        # Set by RepresentationHealthHook on the iterations it checks; the
+        # training step then keeps its embeddings in `stashed_embeddings`.
+        self.stash_embeddings = False
+        self.stashed_embeddings: Optional[dict] = None
 
     def build_momentum_encoder(self) -> None:
         """Create ``self.momentum_encoder`` as a frozen copy of the online
@@ -115,6 +119,23 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 "config: custom_hooks = [dict(type='MomentumUpdateHook', "
                 'momentum=0.999)] (MoCo v1/v2), or with '
                 "schedule='cosine', momentum=0.99 (MoCo v3).")
+
+    def stash_for_monitor(self, queries: Sequence[torch.Tensor],
+                          keys: Sequence[torch.Tensor]) -> None:
+        """Keep detached embeddings of this training step for
+        :class:`~mocoplug.engine.hooks.RepresentationHealthHook`, only when
+        it asked for them (``stash_embeddings``); free otherwise.
+
+        Args:
+            queries (Sequence[torch.Tensor]): Query embeddings (N, C), one
+                tensor per view.
+            keys (Sequence[torch.Tensor]): Their positive keys (N, C), in
+                the same order.
+        """
+        if self.stash_embeddings:
+            self.stashed_embeddings = dict(
+                queries=[q.detach() for q in queries],
+                keys=[k.detach() for k in keys])
 
     @staticmethod
     def two_views(inputs: Union[torch.Tensor, List[torch.Tensor]],

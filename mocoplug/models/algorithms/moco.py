@@ -157,6 +157,7 @@ class MoCo(BaseMomentumSelfSupervisor):
         pos = (query * key).sum(dim=1, keepdim=True)
         neg = query @ self.queue().t()
         losses = self.head.loss(pos, neg, self.queue.same_instance_mask(ids))
+        self.stash_for_monitor((query, ), (key, ))
         self.queue.enqueue(key, ids)
         return losses
 

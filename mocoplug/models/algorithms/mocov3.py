@@ -146,6 +146,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             ids = sample_indices(data_samples, view_1.device)
         term_1 = self.contrast(q1, k2, ids)
         term_2 = self.contrast(q2, k1, ids)
+        self.stash_for_monitor((q1, q2), (k2, k1))
         if self.queue is not None:
             keys = F.normalize(torch.cat([k1, k2]), dim=1)
             self.queue.enqueue(keys,

@@ -1,0 +1,382 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.dist import get_world_size
+from mmengine.hooks import Hook, LoggerHook
+from mmengine.runner import Runner
+from mmpretrain.utils import get_ori_model
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from mocoplug.evaluation import (alignment, embedding_std,
+                                 relative_parameter_distance, uniformity)
+from mocoplug.registry import HOOKS
+
+#: The scalars the hook logs, as ``health/<name>`` (message hub: train/...).
+HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
+                  'neg_sim', 'key_query_dist', 'queue_age')
+
+
+@HOOKS.register_module()
+class RepresentationHealthHook(Hook):
+    r"""Log how healthy the contrastive embedding is, and warn on collapse.
+
+    A MoCo run whose loss "plateaus" is often a silent failure: every image
+    mapped onto (almost) one vector, or BatchNorm leaking which key is the
+    positive. On the iterations it checks, the hook asks the model to keep
+    the detached query and key embeddings of the training step (MoCo and
+    MoCoV3 do so in ``stash_for_monitor``; nothing is kept, computed or
+    synchronised on the other iterations), measures the current batch and
+    puts the figures in the message hub as ``train/health/*``: LoggerHook
+    prints them and writes them to the json/scalars logs, and
+    ``tools/plot_curves.py`` draws them. Figures are those of this
+    process's batch (rank 0's is the one printed).
+
+    What is measured (q: the L2-normalised query embeddings, for MoCo v3
+    the predictor outputs of both views; k: their positive keys;
+    d: the embedding dimension):
+
+    - ``std``: the std over the batch of each dimension of q, averaged over
+      the d dimensions (SimSiam's collapse indicator, `Chen & He 2021
+      <https://arxiv.org/abs/2011.10566>`_). About ``1/sqrt(d)`` when the
+      embeddings spread over the sphere, 0 at collapse.
+      ``std_norm = std * sqrt(d)`` is the same figure independent of d:
+      healthy near 1 (measured: 0.9-1.0 through a healthy digits run; an
+      untrained ResNet-50 + MoCo v2 MLP starts near 0.4), collapsed near 0
+      (0.003 for the digits run with the plain MoCo v2 MLP).
+    - ``alignment``: ``E ||q - k||^2`` over the positive pairs (alpha = 2
+      of `Wang & Isola, ICML 2020 <https://arxiv.org/abs/2005.10242>`_,
+      "Understanding Contrastive Representation Learning through Alignment
+      and Uniformity on the Hypersphere"). In [0, 4], lower is better
+      (their good encoders: about 0.5-1.0), but a collapsed model is
+      perfectly aligned too: read it with uniformity.
+    - ``uniformity``: ``log E exp(-2 ||q_i - q_j||^2)`` over the pairs of
+      the batch (t = 2, Wang & Isola), per view, averaged. 0 at collapse;
+      lower is more uniform, about -4 (-2t) at best for embeddings spread
+      over a high-dimensional sphere (Wang & Isola's good 128-d encoders:
+      about -3.8). Measured here: -1.8 to -2.1 through a healthy digits
+      run (64-d, many near-identical images), 0.000 in a collapsed one.
+    - ``pos_sim`` / ``neg_sim``: mean cosine of a query with its positive
+      key and with its negatives: the queue for MoCo v1/v2 (and MoCo v3
+      with a queue; the keys this step enqueued are left out, so a query's
+      own key never counts as a negative), the other keys of the batch for
+      MoCo v3. Healthy: pos_sim rising well above neg_sim, neg_sim near 0
+      (negatives spread out). pos_sim near 1 from the first iterations
+      with a fast-falling loss: the task is too easy, e.g. BN leak. They
+      can look fine in a collapse: in the digits run with the plain MLP
+      (all queries on one drifting vector, keys of older encoder states in
+      the queue) pos_sim was 0.56 and neg_sim 0.06 at a contrastive
+      accuracy of 67%, while std and uniformity were 0. Trust std first.
+    - ``key_query_dist``: ``||theta_k - theta_q|| / ||theta_q||`` over the
+      momentum pairs (the key encoder that encoded this batch against the
+      query encoder after this step's update), fused ``torch._foreach``
+      ops. 0 at the start; then it depends on m and the lr (measured:
+      0.13-0.19 through the digits demo at m = 0.99, lr 0.06). Read the
+      trend: a value that keeps growing means the keys come from an
+      encoder ever farther from the current one (momentum too low, lr
+      too high).
+    - ``queue_age``: how many iterations ago the oldest key in the queue
+      was encoded, ``min(t, ceil(K / B)) - 1`` after t iterations with K
+      slots and B keys enqueued per iteration (all ranks). It rises while
+      the queue fills (random initial keys are still negatives until it
+      stops rising) and then stays at ``ceil(K / B) - 1``. Compare it with
+      the key encoder's averaging window ``1 / (1 - m)`` (1000 iterations
+      at m = 0.999): keys much older than that come from a different
+      encoder (the consistency argument of MoCo, Sec. 3.2). Not logged
+      without a queue.
+
+    Collapse: when ``std_norm`` stays below ``collapse_ratio`` (std below
+    ``collapse_ratio / sqrt(d)``) for ``patience`` consecutive checks, the
+    hook warns once through ``runner.logger``, with the figures and the
+    likely causes checked against this model (BN leak without Shuffle BN,
+    learning rate, an MLP neck without BN on a small dataset, a very small
+    temperature). Training goes on.
+
+    Models without a momentum encoder (e.g. the classifiers of the linear
+    benchmarks, which share the runtime config) are left alone.
+
+    Args:
+        interval (int, optional): Check every ``interval`` iterations. It
+            must be a multiple of the LoggerHook's interval, so every check
+            is printed; by default the LoggerHook's interval (50 in
+            ``configs/_base_/default_runtime.py``), or 50 without one.
+        collapse_ratio (float): Collapse threshold on ``std * sqrt(d)``.
+            Defaults to 0.2.
+        patience (int): Consecutive low checks before warning. Defaults
+            to 3.
+        uniformity_t (float): t of the uniformity. Defaults to 2.
+    """
+
+    priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL) prints the hub
+
+    def __init__(self,
+                 interval: Optional[int] = None,
+                 collapse_ratio: float = 0.2,
+                 patience: int = 3,
+                 uniformity_t: float = 2.0) -> None:
+        if interval is not None and (not isinstance(interval, int)
+                                     or interval < 1):
+            raise ValueError('RepresentationHealthHook: interval must be a '
+                             f'positive int or None, got {interval!r}')
+        if patience < 1:
+            raise ValueError('RepresentationHealthHook: patience must be '
+                             f'>= 1, got {patience}')
+        if not 0 < collapse_ratio < 1:
+            raise ValueError('RepresentationHealthHook: collapse_ratio (a '
+                             'fraction of the healthy 1/sqrt(d)) must be in '
+                             f'(0, 1), got {collapse_ratio}')
+        self.interval = interval
+        self.collapse_ratio = collapse_ratio
+        self.patience = patience
+        self.uniformity_t = uniformity_t
+        self.enabled = False
+        self.collapse_warned = False
+        self.num_low_checks = 0
+        self.last_metrics: Dict[str, float] = {}
+        self.dim = 0  # of the embeddings, set by measure()
+        self._model: Optional[nn.Module] = None
+        self._logger_hook: Optional[LoggerHook] = None
+        self._checking = False
+        self._published = False
+        self._online: List[torch.Tensor] = []
+        self._target: List[torch.Tensor] = []
+
+    def before_train(self, runner: Runner) -> None:
+        """Bind to the model and align the checks with the LoggerHook."""
+        model = get_ori_model(runner.model)
+        if not (callable(getattr(model, 'stash_for_monitor', None))
+                and callable(getattr(model, 'momentum_pairs', None))):
+            runner.logger.info(
+                f'RepresentationHealthHook: {type(model).__name__} has no '
+                'momentum encoder to monitor; the hook does nothing.')
+            return
+        self._logger_hook = next(
+            (h for h in runner.hooks if isinstance(h, LoggerHook)), None)
+        log_interval = getattr(self._logger_hook, 'interval', None)
+        if self.interval is None:
+            self.interval = log_interval or 50
+        elif log_interval and self.interval % log_interval:
+            raise ValueError(
+                f'RepresentationHealthHook: interval={self.interval} is not '
+                f'a multiple of the LoggerHook interval ({log_interval}), so '
+                'some checks would never be printed. Set the hook interval '
+                f'to a multiple of {log_interval}, or leave it None to '
+                'check on every logged iteration.')
+        online, target = [], []
+        for online_module, momentum_module in model.momentum_pairs():
+            online += [
+                p for p in online_module.parameters() if p.is_floating_point()
+            ]
+            target += [
+                p for p in momentum_module.parameters()
+                if p.is_floating_point()
+            ]
+        self._online, self._target = online, target
+        self._model = model
+        self.enabled = True
+
+    def is_check_iter(self, runner: Runner, batch_idx: int) -> bool:
+        """Whether this iteration is checked: one the LoggerHook prints
+        (same rule as its ``after_train_iter``), every ``interval``."""
+        ends_epoch = self.end_of_epoch(runner.train_dataloader, batch_idx)
+        logger = self._logger_hook
+        if logger is not None:
+            logged = self.every_n_inner_iters(batch_idx, logger.interval) or (
+                ends_epoch and
+                (not logger.ignore_last
+                 or len(runner.train_dataloader) <= logger.interval))
+            if not logged:
+                return False
+        return self.every_n_inner_iters(batch_idx, self.interval) or (
+            ends_epoch and len(runner.train_dataloader) < self.interval)
+
+    def before_train_iter(self,
+                          runner: Runner,
+                          batch_idx: int,
+                          data_batch: Optional[dict] = None) -> None:
+        if not self.enabled:
+            return
+        self._checking = self.is_check_iter(runner, batch_idx)
+        self._model.stash_embeddings = self._checking
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch: Optional[dict] = None,
+                         outputs: Optional[dict] = None) -> None:
+        if not self._checking:
+            if self._published:
+                # Keep the last check's figures out of the lines LoggerHook
+                # prints between checks (e.g. at the end of an epoch).
+                for name in HEALTH_SCALARS:
+                    runner.message_hub.log_scalars.pop(f'train/health/{name}',
+                                                       None)
+                self._published = False
+            return
+        self._checking = False
+        model = self._model
+        model.stash_embeddings = False
+        stash, model.stashed_embeddings = model.stashed_embeddings, None
+        if stash is None:
+            return
+        metrics = self.measure(stash, steps=runner.iter + 1)
+        self.last_metrics = metrics
+        for name, value in metrics.items():
+            runner.message_hub.update_scalar(f'train/health/{name}', value)
+        self._published = True
+        self.check_collapse(runner, metrics)
+
+    @torch.no_grad()
+    def measure(self, stash: dict, steps: int) -> Dict[str, float]:
+        """The health figures of one stashed training step.
+
+        Args:
+            stash (dict): ``queries`` and ``keys``, lists of (N, d) tensors
+                (one per view), as ``stash_for_monitor`` keeps them.
+            steps (int): Training iterations done, this one included.
+
+        Returns:
+            Dict[str, float]: The figures, named as in ``HEALTH_SCALARS``.
+        """
+        queries = [F.normalize(q.float(), dim=1) for q in stash['queries']]
+        keys = [F.normalize(k.float(), dim=1) for k in stash['keys']]
+        q_all, k_all = torch.cat(queries), torch.cat(keys)
+        dim = self.dim = q_all.shape[1]
+        values = dict(
+            std=embedding_std(q_all),
+            alignment=alignment(q_all, k_all),
+            uniformity=torch.stack(
+                [uniformity(q, self.uniformity_t) for q in queries]).mean(),
+            pos_sim=(q_all * k_all).sum(dim=1).mean(),
+            neg_sim=self.negative_similarity(queries, keys),
+            key_query_dist=relative_parameter_distance(self._online,
+                                                       self._target))
+        names = list(values)
+        figures = dict(
+            zip(names,
+                torch.stack([values[n] for n in names]).tolist()))  # 1 sync
+        figures['std_norm'] = figures['std'] * math.sqrt(dim)
+        queue = getattr(self._model, 'queue', None)
+        if queue is not None:
+            per_step = self.keys_per_step(queue, k_all.shape[0])
+            figures['queue_age'] = float(
+                min(steps, math.ceil(queue.size / per_step)) - 1)
+        return {n: figures[n] for n in HEALTH_SCALARS if n in figures}
+
+    @staticmethod
+    def keys_per_step(queue: nn.Module, local_keys: int) -> int:
+        """Keys a training step enqueues, over all ranks."""
+        gather = getattr(queue, 'gather', True)
+        return local_keys * (get_world_size() if gather else 1)
+
+    def negative_similarity(self, queries: List[torch.Tensor],
+                            keys: List[torch.Tensor]) -> torch.Tensor:
+        """Mean cosine of the queries with their negatives: the queue's keys
+        (those this step enqueued left out, by the queue pointer), or else
+        the other keys of the batch, view by view."""
+        queue = getattr(self._model, 'queue', None)
+        if queue is not None:
+            bank = queue.keys.float()
+            size = bank.shape[0]
+            sims = torch.cat(queries) @ bank.t()
+            new = self.keys_per_step(queue, sum(k.shape[0] for k in keys))
+            if new >= size:  # the whole queue is this step's keys
+                return sims.mean()
+            newest = (queue.ptr - 1 -
+                      torch.arange(new, device=bank.device)) % size
+            keep = torch.ones(
+                size, device=bank.device).index_fill_(0, newest, 0.)
+            return (sims * keep).sum() / (sims.shape[0] * (size - new))
+        means = []
+        for q, k in zip(queries, keys):
+            sims = q @ k.t()
+            n = sims.shape[0]
+            means.append(
+                (sims.sum() - sims.diagonal().sum()) / max(n * (n - 1), 1))
+        return torch.stack(means).mean()
+
+    def check_collapse(self, runner: Runner, metrics: Dict[str,
+                                                           float]) -> None:
+        """Count consecutive collapsed checks; warn once past patience."""
+        if metrics['std_norm'] < self.collapse_ratio:
+            self.num_low_checks += 1
+        else:
+            self.num_low_checks = 0
+        if self.num_low_checks >= self.patience and not self.collapse_warned:
+            self.collapse_warned = True
+            runner.logger.warning(self.collapse_message(runner, metrics))
+
+    def collapse_message(self, runner: Runner, metrics: Dict[str,
+                                                             float]) -> str:
+        """The warning, with the likely causes checked against the model."""
+        std, ratio, dim = metrics['std'], metrics['std_norm'], self.dim
+        lines = [
+            'RepresentationHealthHook: REPRESENTATION COLLAPSE at iteration '
+            f'{runner.iter + 1}: the std of the L2-normalised query '
+            f'embeddings per dimension is {std:.4g} = {ratio:.3f}/sqrt(d) '
+            f'(d = {dim}; healthy: about 1/sqrt(d) = '
+            f'{1 / math.sqrt(dim):.4f}), below '
+            f'{self.collapse_ratio}/sqrt(d) for {self.num_low_checks} '
+            f'checks in a row (one every {self.interval} iterations); '
+            f'uniformity {metrics["uniformity"]:.3f} (0 = collapsed), '
+            f'pos_sim {metrics["pos_sim"]:.3f}, neg_sim '
+            f'{metrics["neg_sim"]:.3f}. The images map to almost one '
+            'vector, so the features carry little information even if the '
+            'loss looks fine. Likely causes:'
+        ]
+        lines += ['  - ' + cause for cause in self.likely_causes(runner)]
+        lines.append('This warning is shown once per run.')
+        return '\n'.join(lines)
+
+    def likely_causes(self, runner: Runner) -> List[str]:
+        """The usual causes, each with what this run's model says."""
+        model = self._model
+        shuffle_bn = getattr(model, 'shuffle_bn', None)
+        has_bn = any(
+            isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm)
+            for m in model.modules())
+        if shuffle_bn == 'none' and has_bn:
+            bn = ("BatchNorm leak: this model has BatchNorm but "
+                  "shuffle_bn='none', so a batch's statistics tell which key "
+                  "is the positive; set model.shuffle_bn='ddp' (several "
+                  "GPUs) or 'split' (one GPU/CPU), or use SyncBN.")
+        elif shuffle_bn == 'ddp' and get_world_size() == 1:
+            bn = ("BatchNorm leak: shuffle_bn='ddp' has no effect in a "
+                  "single process; set model.shuffle_bn='split'.")
+        elif shuffle_bn is None:
+            bn = ('BatchNorm leak: with in-batch negatives (MoCo v3) use '
+                  'SyncBN across GPUs so no GPU sees only its own batch.')
+        else:
+            bn = (f"BatchNorm leak: unlikely here (shuffle_bn="
+                  f"'{shuffle_bn}').")
+        lr = None
+        try:
+            lrs = runner.optim_wrapper.get_lr()
+            lr = next(iter(lrs.values()))[0]
+        except (AttributeError, StopIteration, IndexError, TypeError):
+            pass
+        neck_bn = any(
+            isinstance(m, _BatchNorm)
+            for m in getattr(model, 'neck', nn.Identity()).modules())
+        neck = ('An MLP neck without BatchNorm on a small dataset can map '
+                'every image to one vector: ' +
+                ('this neck has BatchNorm.' if neck_bn else
+                 'this neck has none; try with_bn=True, with_last_bn=True, '
+                 'with_last_bn_affine=False (as the digits config).'))
+        temperature = getattr(
+            getattr(model, 'head', None), 'temperature', None)
+        tau = ('A very small temperature (below ~0.05) makes training '
+               'unstable: only the hardest negatives get gradient' +
+               (f'; this run: {temperature}.'
+                if temperature is not None else '.'))
+        return [
+            bn,
+            'Learning rate too high (the features blow up and then fall '
+            'onto one point) or too low for the queue to be refreshed' +
+            (f'; current lr {lr:.3g}.' if lr is not None else '.'),
+            neck,
+            tau,
+        ]

@@ -1,0 +1,257 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""kNN and linear evaluation on a labelled folder of generated images, with
+a tiny MoCo checkpoint made here."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mmengine.config import Config
+from mmengine.dataset import default_collate
+from mmengine.registry import DefaultScope
+from PIL import Image
+
+from mocoplug.evaluation import weighted_knn_accuracy
+from mocoplug.registry import DATASETS, MODELS
+from mocoplug.utils import fill_data_root
+from .conftest import config_path, shrink_crops
+
+KNN = 'benchmarks/knn_r50_in1k.py'
+LINEAR_FOLDER = 'benchmarks/linear_r50_8xb32-steplr-100e_folder.py'
+CLASSES = ('circle', 'h_stripes', 'v_stripes')
+TINY_R18 = dict(depth=18, stem_channels=16, base_channels=16)
+
+
+def draw(cls: str, rng: np.random.Generator) -> np.ndarray:
+    """A 16 px RGB image of the class's pattern, randomly shifted, plus
+    noise."""
+    yy, xx = np.mgrid[:16, :16]
+    shift = rng.integers(0, 4)
+    if cls == 'circle':
+        mask = (yy - 8)**2 + (xx - 4 - shift)**2 < 20
+    elif cls == 'h_stripes':
+        mask = (yy + shift) % 4 < 2
+    else:
+        mask = (xx + shift) % 4 < 2
+    img = np.where(mask, 220, 30) + rng.integers(0, 30, (16, 16))
+    return np.repeat(img[..., None], 3, axis=2).astype(np.uint8)
+
+
+def write_images(folder, per_class, rng):
+    for cls in CLASSES:
+        (folder / cls).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(draw(cls, rng)).save(folder / cls / f'{i}.png')
+
+
+@pytest.fixture(scope='module')
+def split_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp('labelled')
+    rng = np.random.default_rng(0)
+    write_images(root / 'train', 4, rng)
+    write_images(root / 'val', 2, rng)
+    return root
+
+
+@pytest.fixture(scope='module')
+def moco_checkpoint(tmp_path_factory):
+    """A real (untrained) MoCo v2 with a tiny ResNet-18, saved as training
+    saves it; its key encoder differs from the query encoder."""
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        model = MODELS.build(
+            dict(
+                type='MoCo',
+                backbone=dict(type='ResNet', out_indices=(3, ), **TINY_R18),
+                neck=dict(
+                    type='MoCoProjectionNeck',
+                    in_channels=128,
+                    hid_channels=64,
+                    out_channels=16),
+                head=dict(type='InfoNCEHead'),
+                queue=dict(type='NegativeKeyQueue', size=32, dim=16),
+                shuffle_bn='none'))
+    model.init_weights()
+    with torch.no_grad():
+        for p in model.momentum_encoder.parameters():
+            p.add_(1.)
+    path = tmp_path_factory.mktemp('ckpt') / 'moco_r18.pth'
+    torch.save(dict(state_dict=model.state_dict()), path)
+    return str(path), model
+
+
+@torch.no_grad()
+def direct_features(model, folder, pipeline, preprocessor_cfg):
+    """Query-encoder features of a labelled folder, computed here: the
+    dataset, the preprocessing and the pooling written out."""
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        dataset = DATASETS.build(
+            dict(
+                type='CustomDataset', data_root=str(folder),
+                pipeline=pipeline))
+        pre = MODELS.build(dict(preprocessor_cfg, type='ClsDataPreprocessor'))
+    batch = pre(default_collate([dataset[i] for i in range(len(dataset))]))
+    model.backbone.eval()
+    feats = model.backbone(batch['inputs'])[-1].mean((2, 3))
+    labels = torch.tensor([int(s.gt_label) for s in batch['data_samples']])
+    return feats, labels
+
+
+def knn_cfg_file(tmp_path):
+    """The shipped kNN config with the tiny backbone and 32 px crops."""
+    cfg = Config.fromfile(config_path(KNN))
+    cfg.model.backbone.update(TINY_R18)
+    for field in ('knn_memory_dataloader', 'knn_query_dataloader'):
+        cfg[field].dataset.pipeline = shrink_crops(cfg[field].dataset.pipeline,
+                                                   32)
+        cfg[field].num_workers = 0
+    path = tmp_path / 'knn.py'
+    cfg.dump(str(path))
+    return str(path), cfg
+
+
+def test_knn_on_train_val_folders_matches_a_direct_computation(
+        split_folder, moco_checkpoint, load_tool, tmp_path):
+    path, model = moco_checkpoint
+    cfg_file, cfg = knn_cfg_file(tmp_path)
+    results = load_tool('knn_eval').main([
+        cfg_file, path, '--data-root',
+        str(split_folder), '--cfg-options', 'knn.topk=[1,3]'
+    ])
+    pipeline = cfg.knn_query_dataloader.dataset.pipeline
+    bank, bank_labels = direct_features(model, split_folder / 'train',
+                                        pipeline, cfg.data_preprocessor)
+    query, labels = direct_features(model, split_folder / 'val', pipeline,
+                                    cfg.data_preprocessor)
+    assert bank.shape == (12, 128) and query.shape == (6, 128)
+    expected = weighted_knn_accuracy(query, labels, bank, bank_labels, 3,
+                                     (1, 3), 0.07)
+    assert results == pytest.approx(expected)
+    # the patterns are easy: every val image's nearest training image is
+    # of its class
+    assert results['top1_k1'] == 100.
+
+
+def test_knn_on_class_folders_is_leave_one_out(split_folder, moco_checkpoint,
+                                               load_tool, tmp_path):
+    path, model = moco_checkpoint
+    folder = split_folder / 'train'  # class sub-folders, no train/ val/
+    cfg_file, cfg = knn_cfg_file(tmp_path)
+    results = load_tool('knn_eval').main([
+        cfg_file, path, '--data-root',
+        str(folder), '--cfg-options', 'knn.topk=[3]', 'knn.temperature=0.1'
+    ])
+    feats, labels = direct_features(model, folder,
+                                    cfg.knn_memory_dataloader.dataset.pipeline,
+                                    cfg.data_preprocessor)
+    feats = F.normalize(feats, dim=1)
+    correct = 0
+    for i in range(len(feats)):
+        others = [j for j in range(len(feats)) if j != i]
+        sims = feats[others] @ feats[i]
+        votes = torch.zeros(3)
+        for s, j in zip(*sims.topk(3)):
+            votes[labels[others[j]]] += torch.exp(s / 0.1)
+        correct += int(votes.argmax() == labels[i])
+    assert results['top1_k3'] == pytest.approx(100 * correct / len(feats))
+
+
+@pytest.mark.parametrize(
+    'layout, error, match',
+    [('loose', ValueError, 'no class sub-folders. It holds 2 images'),
+     ('empty', ValueError, 'hold no images'),
+     ('missing', FileNotFoundError, 'does not exist')])
+def test_knn_refuses_a_folder_that_is_not_labelled(tmp_path, load_tool,
+                                                   moco_checkpoint, layout,
+                                                   error, match):
+    root = tmp_path / 'data'
+    if layout == 'loose':
+        root.mkdir()
+        for i in range(2):
+            Image.new('RGB', (8, 8)).save(root / f'{i}.png')
+    elif layout == 'empty':
+        (root / 'cat').mkdir(parents=True)
+        (root / 'dog').mkdir()
+    else:
+        (root / 'train' / 'cat').mkdir(parents=True)
+        (root / 'val').mkdir()  # val has no class folders
+        Image.new('RGB', (8, 8)).save(root / 'train' / 'cat' / '0.png')
+        match, error = 'no class sub-folders', ValueError
+    with pytest.raises(error, match=match):
+        load_tool('knn_eval').main(
+            [config_path(KNN), moco_checkpoint[0], '--data-root',
+             str(root)])
+
+
+def linear_cfg_file(tmp_path):
+    """The shipped folder config, with the tiny backbone and 32 px crops;
+    data_root left for --cfg-options."""
+    cfg = Config.fromfile(config_path(LINEAR_FOLDER))
+    cfg.model.backbone.update(TINY_R18)
+    cfg.model.head.in_channels = 128
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.log_level = 'WARNING'
+    cfg.env_cfg = dict(dist_cfg=dict(backend='gloo'))
+    cfg.train_cfg.max_epochs = 1
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[field].dataset.pipeline = shrink_crops(cfg[field].dataset.pipeline,
+                                                   32)
+        cfg[field].batch_size = 6
+        cfg[field].num_workers = 0
+        cfg[field].persistent_workers = False
+    path = tmp_path / 'linear_folder.py'
+    cfg.dump(str(path))
+    return str(path)
+
+
+def test_linear_folder_config_trains_on_the_folder(tmp_path, load_tool,
+                                                   split_folder,
+                                                   moco_checkpoint):
+    path, model = moco_checkpoint
+    runner = load_tool('train').main([
+        linear_cfg_file(tmp_path), '--cfg-options', f'pretrained={path}',
+        f'data_root={split_folder}'
+    ])
+    assert runner.iter == 2  # 12 training images, batch 6, one epoch
+    assert runner.model.head.fc.out_features == 3  # from the class folders
+    assert runner.train_dataloader.dataset.metainfo['classes'] == CLASSES
+    assert len(runner.val_dataloader.dataset) == 6
+    for name, tensor in runner.model.backbone.state_dict().items():
+        assert torch.equal(tensor, model.backbone.state_dict()[name]), name
+    # the logged val top-1 is that of the trained classifier on val/
+    model = runner.model.eval()
+    correct = 0
+    with torch.no_grad():
+        for batch in runner.val_dataloader:
+            data = model.data_preprocessor(batch, False)
+            logits = model.head.fc(model.extract_feat(data['inputs'])[-1])
+            labels = torch.tensor(
+                [int(s.gt_label) for s in data['data_samples']])
+            correct += int((logits.argmax(1) == labels).sum())
+    top1 = runner.message_hub.get_scalar('val/accuracy/top1').current()
+    assert top1 == pytest.approx(100 * correct / 6)
+
+
+def test_linear_folder_config_needs_a_data_root(tmp_path, load_tool):
+    with pytest.raises(ValueError, match='data_root=/path/to/folder'):
+        load_tool('train').main([linear_cfg_file(tmp_path)])
+
+
+def test_fill_data_root_checks_the_splits_agree(tmp_path, split_folder):
+    cfg = Config.fromfile(config_path(LINEAR_FOLDER))
+    cfg.data_root = str(split_folder)
+    assert fill_data_root(cfg) == 3  # train, val, test
+    assert cfg.model.head.num_classes == 3
+    assert cfg.val_dataloader.dataset.data_root == str(split_folder)
+    # ImageNet configs (top-level data_root of their own) are untouched
+    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_in1k.py'))
+    assert fill_data_root(cfg) == 0
+    # a class missing from val
+    (tmp_path / 'train' / 'a').mkdir(parents=True)
+    (tmp_path / 'train' / 'b').mkdir()
+    (tmp_path / 'val' / 'a').mkdir(parents=True)
+    for folder in ('train/a', 'train/b', 'val/a'):
+        Image.new('RGB', (8, 8)).save(tmp_path / folder / '0.png')
+    cfg = Config.fromfile(config_path(LINEAR_FOLDER))
+    cfg.data_root = str(tmp_path)
+    with pytest.raises(ValueError, match='different class folders'):
+        fill_data_root(cfg)

@@ -1,0 +1,277 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import glob
+import math
+import os.path as osp
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.logging import MessageHub, MMLogger
+from mmengine.model import BaseModule
+from mmengine.runner import Runner
+
+from mocoplug.engine.hooks import RepresentationHealthHook
+from mocoplug.evaluation import alignment, embedding_std, uniformity
+from mocoplug.models import MoCo
+from mocoplug.models.algorithms.base_momentum import \
+    BaseMomentumSelfSupervisor
+from mocoplug.registry import MODELS
+from mocoplug.visualization import load_scalars
+from ...models.algorithms.test_mocov3 import branches, samples, tiny_mocov3
+
+RESNET = dict(
+    type='ResNet',
+    depth=18,
+    stem_channels=16,
+    base_channels=16,
+    out_indices=(3, ))
+HEALTH_HOOK = 'RepresentationHealthHook'
+
+
+@MODELS.register_module(force=True)
+class ConstantNeck(BaseModule):
+    """A deliberately collapsed projection: every image -> one vector
+    (a learnable one, kept in the graph of the backbone)."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.value = nn.Parameter(torch.randn(out_channels))
+
+    def forward(self, x):
+        feat = x[-1].mean(dim=(2, 3))
+        return (self.value.expand(feat.shape[0], -1) +
+                0 * feat.sum(dim=1, keepdim=True), )
+
+
+def fake_runner(model, iteration=0):
+    return SimpleNamespace(
+        model=model,
+        hooks=[],
+        iter=iteration,
+        logger=MMLogger.get_current_instance(),
+        message_hub=MessageHub.get_current_instance())
+
+
+def tiny_moco(queue_size=6, dim=4):
+    model = MoCo(
+        backbone=RESNET,
+        neck=dict(
+            type='MoCoProjectionNeck',
+            in_channels=128,
+            hid_channels=32,
+            out_channels=dim),
+        head=dict(type='InfoNCEHead', temperature=0.2),
+        queue=dict(type='NegativeKeyQueue', size=queue_size, dim=dim),
+        shuffle_bn='none')
+    model.init_weights()
+    return model
+
+
+def test_queue_figures_equal_a_hand_computation():
+    model = tiny_moco()
+    hook = RepresentationHealthHook()
+    hook.before_train(fake_runner(model))
+    assert hook.enabled and hook.interval == 50  # no LoggerHook
+    gen = torch.Generator().manual_seed(0)
+    q = F.normalize(torch.randn(2, 4, generator=gen), dim=1)
+    k = F.normalize(torch.randn(2, 4, generator=gen), dim=1)
+    bank = F.normalize(torch.randn(6, 4, generator=gen), dim=1)
+    model.queue.keys.copy_(bank)
+    model.queue.ptr.fill_(3)  # this step's 2 keys went to slots 1 and 2
+    with torch.no_grad():  # key encoder 1% off the query encoder's weights
+        for p in model.momentum_encoder.parameters():
+            p.mul_(1.01)
+
+    model.stash_for_monitor([q], [k])
+    assert model.stashed_embeddings is None  # not asked: nothing kept
+    model.stash_embeddings = True
+    model.stash_for_monitor([q], [k])
+    metrics = hook.measure(model.stashed_embeddings, steps=2)
+
+    negatives = [0, 3, 4, 5]
+    neg = sum(float(q[i] @ bank[j]) for i in range(2) for j in negatives) / 8
+    assert metrics['neg_sim'] == pytest.approx(neg)
+    assert metrics['pos_sim'] == pytest.approx(float((q * k).sum(1).mean()))
+    assert metrics['std'] == pytest.approx(float(embedding_std(q)))
+    assert metrics['std_norm'] == pytest.approx(metrics['std'] * 2)
+    assert metrics['alignment'] == pytest.approx(float(alignment(q, k)))
+    assert metrics['uniformity'] == pytest.approx(float(uniformity(q)))
+    # parameters of backbone + neck, scaled by 1.01: distance 1%
+    assert metrics['key_query_dist'] == pytest.approx(0.01, rel=1e-4)
+    # 2 keys a step, 6 slots: full after 3 steps, oldest key 2 steps old
+    assert metrics['queue_age'] == 1
+    assert hook.measure(model.stashed_embeddings, steps=10)['queue_age'] == 2
+
+
+def test_mocov3_stashes_both_views_and_uses_in_batch_negatives():
+    torch.manual_seed(0)
+    model = tiny_mocov3()
+    view_1, view_2 = torch.randn(2, 4, 3, 32, 32)
+    model.stash_embeddings = True
+    model.loss([view_1, view_2], samples(range(4)))
+    stash = model.stashed_embeddings
+    q1, k1 = branches(model, view_1)
+    q2, k2 = branches(model, view_2)
+    for got, want in zip(stash['queries'] + stash['keys'], (q1, q2, k2, k1)):
+        assert torch.allclose(got, want, atol=1e-5)
+        assert not got.requires_grad
+
+    hook = RepresentationHealthHook()
+    hook.before_train(fake_runner(model))
+    metrics = hook.measure(stash, steps=1)
+    assert 'queue_age' not in metrics
+    negs = []
+    for q, k in ((q1, k2), (q2, k1)):
+        sims = F.normalize(q, dim=1) @ F.normalize(k, dim=1).t()
+        negs += [sims[i, j] for i in range(4) for j in range(4) if i != j]
+    assert metrics['neg_sim'] == pytest.approx(float(sum(negs) / len(negs)))
+    q_all = torch.cat([q1, q2])
+    assert metrics['std'] == pytest.approx(float(embedding_std(q_all)))
+    assert metrics['uniformity'] == pytest.approx(
+        (float(uniformity(q1)) + float(uniformity(q2))) / 2, rel=1e-5)
+
+
+def test_models_without_momentum_encoder_are_left_alone():
+    hook = RepresentationHealthHook()
+    hook.before_train(fake_runner(nn.Linear(2, 2)))
+    assert not hook.enabled
+    hook.before_train_iter(fake_runner(nn.Linear(2, 2)), 0)
+    hook.after_train_iter(fake_runner(nn.Linear(2, 2)), 0)
+
+
+def test_interval_must_be_a_multiple_of_the_logger_interval(
+        tmp_path, tiny_moco_runner_cfg):
+    cfg = tiny_moco_runner_cfg(
+        tmp_path,
+        max_iters=1,
+        hooks=[
+            dict(type='MomentumUpdateHook', momentum=0.99),
+            dict(type=HEALTH_HOOK, interval=3)
+        ])
+    cfg.default_hooks.logger.interval = 2
+    with pytest.raises(ValueError, match='multiple of the LoggerHook'):
+        Runner.from_cfg(cfg).train()
+
+
+def health_runner(tmp_path, make_cfg, max_iters, neck=None, **hook_args):
+    hooks = [
+        dict(type='MomentumUpdateHook', momentum=0.99),
+        dict(type=HEALTH_HOOK, **hook_args)
+    ]
+    cfg = make_cfg(tmp_path, max_iters=max_iters, hooks=hooks)
+    if neck is not None:
+        cfg.model.neck = neck
+    runner = Runner.from_cfg(cfg)
+    hook = next(
+        h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
+    return runner, hook
+
+
+def collapse_warnings(tmp_path):
+    log = glob.glob(osp.join(str(tmp_path), '*', '*.log'))
+    assert len(log) == 1
+    with open(log[0]) as f:
+        return f.read().count('REPRESENTATION COLLAPSE')
+
+
+def test_logs_the_current_batch_only_on_check_iterations(
+        tmp_path, tiny_moco_runner_cfg, monkeypatch):
+    """A real run (LoggerHook every iteration, checks every 2nd): the
+    figures in the scalars log are those of the embeddings the training
+    step produced on that iteration; the other iterations keep nothing
+    and compute nothing."""
+    calls = []
+    stash = BaseMomentumSelfSupervisor.stash_for_monitor
+
+    def spy(model, queries, keys):
+        calls.append(
+            dict(
+                asked=model.stash_embeddings,
+                query=queries[0].detach().clone(),
+                key=keys[0].detach().clone(),
+                bank=model.queue.keys.clone(),
+                ptr=int(model.queue.ptr)))
+        stash(model, queries, keys)
+
+    monkeypatch.setattr(BaseMomentumSelfSupervisor, 'stash_for_monitor', spy)
+    measured = []
+    measure = RepresentationHealthHook.measure
+
+    def count(self, *args, **kwargs):
+        measured.append(True)
+        return measure(self, *args, **kwargs)
+
+    monkeypatch.setattr(RepresentationHealthHook, 'measure', count)
+    runner, hook = health_runner(
+        tmp_path, tiny_moco_runner_cfg, max_iters=4, interval=2)
+    runner.train()
+
+    assert [c['asked'] for c in calls] == [False, True, False, True]
+    assert len(measured) == 2
+    assert runner.model.stashed_embeddings is None
+    records = load_scalars(str(tmp_path))
+    health = {r['step']: r for r in records if 'health/std' in r}
+    assert sorted(health) == [2, 4]
+    assert all('health/std' not in r for r in records if r['step'] in (1, 3))
+    for step in (2, 4):
+        call, logged = calls[step - 1], health[step]
+        q, k = call['query'], call['key']
+        assert logged['health/std'] == pytest.approx(
+            float(embedding_std(q)), rel=1e-5)
+        assert logged['health/std_norm'] == pytest.approx(
+            float(embedding_std(q)) * math.sqrt(32), rel=1e-5)
+        assert logged['health/alignment'] == pytest.approx(
+            float(alignment(q, k)), rel=1e-5)
+        assert logged['health/uniformity'] == pytest.approx(
+            float(uniformity(q)), rel=1e-5)
+        assert logged['health/pos_sim'] == pytest.approx(
+            float((q * k).sum(1).mean()), rel=1e-5)
+        # negatives: the queue the loss used, less the slots this step's 8
+        # keys then overwrote (48 slots, 8 keys a step)
+        overwritten = [(call['ptr'] + i) % 48 for i in range(8)]
+        keep = [j for j in range(48) if j not in overwritten]
+        assert logged['health/neg_sim'] == pytest.approx(
+            float((q @ call['bank'][keep].t()).mean()), rel=1e-4, abs=1e-6)
+        assert logged['health/queue_age'] == step - 1
+        assert 0 < logged['health/key_query_dist'] < 1
+    assert collapse_warnings(tmp_path) == 0
+
+
+def test_collapsing_model_is_warned_about_exactly_once(tmp_path,
+                                                       tiny_moco_runner_cfg):
+    runner, hook = health_runner(
+        tmp_path,
+        tiny_moco_runner_cfg,
+        max_iters=4,
+        neck=dict(type='ConstantNeck', in_channels=128, out_channels=32),
+        patience=2)
+    runner.train()
+    assert hook.last_metrics['std'] == pytest.approx(0, abs=1e-6)
+    assert hook.last_metrics['uniformity'] == pytest.approx(0, abs=1e-5)
+    assert hook.collapse_warned and hook.num_low_checks == 4
+    assert collapse_warnings(tmp_path) == 1
+    message = hook.collapse_message(runner, hook.last_metrics)
+    assert "shuffle_bn='split'" in message  # the model's BN set-up, named
+    assert 'this neck has none' in message
+    assert 'current lr 0.03' in message
+
+
+def test_healthy_model_is_not_warned_about(tmp_path, tiny_moco_runner_cfg):
+    neck = dict(
+        type='MoCoProjectionNeck',
+        in_channels=128,
+        hid_channels=128,
+        out_channels=32,
+        with_bn=True,
+        with_last_bn=True,
+        with_last_bn_affine=False)
+    runner, hook = health_runner(
+        tmp_path, tiny_moco_runner_cfg, max_iters=3, neck=neck, patience=1)
+    runner.train()
+    records = [r for r in load_scalars(str(tmp_path)) if 'health/std' in r]
+    assert [r['step'] for r in records] == [1, 2, 3]
+    assert all(r['health/std_norm'] > 0.5 for r in records)
+    assert not hook.collapse_warned and hook.num_low_checks == 0
+    assert collapse_warnings(tmp_path) == 0
