@@ -6,4 +6,7 @@ default_scope = 'mocoplug'
 # Registers mocoplug's components (and its checkpoint-loading fix).
 custom_imports = dict(imports=['mocoplug'], allow_failed_imports=False)
 
-default_hooks = dict(logger=dict(type='LoggerHook', interval=50))
+default_hooks = dict(
+    logger=dict(type='LoggerHook', interval=50),
+    # stop at the first NaN/inf loss; never save non-finite weights
+    non_finite_loss=dict(type='NonFiniteLossHook'))
