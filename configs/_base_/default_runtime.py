@@ -9,4 +9,6 @@ custom_imports = dict(imports=['mocoplug'], allow_failed_imports=False)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     # stop at the first NaN/inf loss; never save non-finite weights
-    non_finite_loss=dict(type='NonFiniteLossHook'))
+    non_finite_loss=dict(type='NonFiniteLossHook'),
+    # MoCo setup vs the dataloader/GPUs, checked before any data is loaded
+    moco_config_check=dict(type='MoCoConfigCheckHook'))

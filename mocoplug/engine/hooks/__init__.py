@@ -1,9 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .knn_monitor_hook import KNNMonitorHook
+from .moco_config_check_hook import MoCoConfigCheckHook
 from .momentum_update_hook import MomentumUpdateHook
 from .non_finite_loss_hook import NonFiniteLossError, NonFiniteLossHook
 
 __all__ = [
-    'KNNMonitorHook', 'MomentumUpdateHook', 'NonFiniteLossError',
-    'NonFiniteLossHook'
+    'KNNMonitorHook', 'MoCoConfigCheckHook', 'MomentumUpdateHook',
+    'NonFiniteLossError', 'NonFiniteLossHook'
 ]
