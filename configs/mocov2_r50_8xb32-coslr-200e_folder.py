@@ -25,10 +25,7 @@ train_pipeline = [
         type='mocoplug.CheckedLoadImageFromFile',
         skip_unreadable=False,
         max_unreadable_ratio=0.01),
-    dict(
-        type='MultiView',
-        num_views=2,
-        transforms=[{{_base_.view_pipeline}}]),
+    dict(type='MultiView', num_views=2, transforms=[{{_base_.view_pipeline}}]),
     dict(type='PackInputs'),
 ]
 train_dataloader = dict(

@@ -44,8 +44,8 @@ def main() -> None:
         # IterTimerHook's time of each iteration; the first holds start-up
         per_iter = float(
             np.median(runner.message_hub.get_scalar('train/time').data[0][1:]))
-        hook = next(h for h in runner.hooks
-                    if isinstance(h, NonFiniteLossHook))
+        hook = next(
+            h for h in runner.hooks if isinstance(h, NonFiniteLossHook))
         # the model's real log_vars: device tensors, as train_step returns
         outputs = dict(loss=torch.tensor(8.3), contrast_acc=torch.tensor(2.))
         for key, value in outputs.items():

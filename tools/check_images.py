@@ -23,15 +23,15 @@ from typing import List, Optional
 from mmengine.utils import track_parallel_progress, track_progress
 
 from mocoplug.datasets.image_check import (IMAGE_EXTENSIONS, check_image,
-                                           find_images,
-                                           quiet_decoder_warnings)
+                                           find_images, quiet_decoder_warnings)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='List the images under a folder that cannot be decoded')
-    parser.add_argument('folder', help='folder of images (searched '
-                        'recursively)')
+    parser.add_argument(
+        'folder', help='folder of images (searched '
+        'recursively)')
     parser.add_argument(
         '--workers',
         type=int,
@@ -63,8 +63,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if not os.path.isdir(args.folder):
-        print(f'check_images: {args.folder!r} is not a folder',
-              file=sys.stderr)
+        print(
+            f'check_images: {args.folder!r} is not a folder', file=sys.stderr)
         return 2
     if args.workers < 1:
         print('check_images: --workers must be >= 1', file=sys.stderr)
@@ -85,7 +85,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             paths,
             nproc=min(args.workers, len(paths)),
             initializer=quiet_decoder_warnings,
-            chunksize=max(1, min(64, len(paths) // (4 * args.workers))))
+            chunksize=max(1, min(64,
+                                 len(paths) // (4 * args.workers))))
     bad = [(p, r) for p, r in zip(paths, reasons) if r is not None]
     print()
     for path, reason in bad:

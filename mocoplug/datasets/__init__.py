@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .digits import DigitsDataset
-from .image_check import (IMAGE_EXTENSIONS, UnreadableImageError,
-                          check_image, decode_image, find_images)
+from .image_check import (IMAGE_EXTENSIONS, UnreadableImageError, check_image,
+                          decode_image, find_images)
 from .transforms import *  # noqa: F401,F403
 
 __all__ = [

@@ -26,8 +26,7 @@ REASONS = {
 @pytest.fixture(scope='module')
 def folder_dataset_cfg():
     """The folder config's dataset as shipped, its crops at 16 px."""
-    cfg = Config.fromfile(
-        config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
+    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
     dataset = cfg.train_dataloader.dataset.to_dict()
     dataset['pipeline'] = shrink_crops(dataset['pipeline'], 16)
     return dataset
@@ -61,19 +60,16 @@ def test_folder_config_loads_with_the_checked_loader(folder_dataset_cfg,
 
 
 @pytest.mark.parametrize('name', BROKEN)
-def test_unreadable_image_is_a_clear_error(folder_dataset_cfg, tmp_path,
-                                           name):
+def test_unreadable_image_is_a_clear_error(folder_dataset_cfg, tmp_path, name):
     files = write_images(tmp_path, num_good=2)
     dataset, _ = build(folder_dataset_cfg, tmp_path)
     with pytest.raises(UnreadableImageError) as err:
         dataset[index_of(dataset, files[name])]
     msg = str(err.value)
     assert f"Cannot load image '{files[name]}': {REASONS[name]}." in msg
-    assert (f"Dataset: CustomDataset(data_root='{tmp_path}', 6 images)"
-            in msg)
+    assert (f"Dataset: CustomDataset(data_root='{tmp_path}', 6 images)" in msg)
     assert f'tools/check_images.py {tmp_path} --out bad.txt' in msg
-    assert ('train_dataloader.dataset.pipeline.0.skip_unreadable=True'
-            in msg)
+    assert ('train_dataloader.dataset.pipeline.0.skip_unreadable=True' in msg)
 
 
 def test_error_keeps_its_type_and_message_through_a_worker(
@@ -101,8 +97,10 @@ def test_skip_mode_refetches_and_counts(folder_dataset_cfg, tmp_path,
         min_attempts=1)
     np.random.seed(0)  # BaseDataset refetches a random index
     paths = [dataset[i]['data_samples'].img_path for i in range(len(dataset))]
-    good = {str(files[f'good_{i}.{"png" if i % 2 else "jpg"}'])
-            for i in range(6)}
+    good = {
+        str(files[f'good_{i}.{"png" if i % 2 else "jpg"}'])
+        for i in range(6)
+    }
     assert set(paths) <= good  # every sample is a readable image
     broken = {str(files[n]) for n in BROKEN}
     assert broken <= set(load.unreadable) and set(load.unreadable) <= broken
@@ -111,8 +109,9 @@ def test_skip_mode_refetches_and_counts(folder_dataset_cfg, tmp_path,
     assert len(warnings) == len(load.unreadable)
     for n, (msg, kw) in enumerate(warnings, 1):
         assert kw['level'] == 30 and load.unreadable[n - 1] in msg
-        assert re.search(rf'Unreadable so far in this worker: {n} of \d+ '
-                         'loads', msg)
+        assert re.search(
+            rf'Unreadable so far in this worker: {n} of \d+ '
+            'loads', msg)
 
 
 def test_skip_mode_stops_above_the_ratio(folder_dataset_cfg, tmp_path,
@@ -130,9 +129,9 @@ def test_skip_mode_stops_above_the_ratio(folder_dataset_cfg, tmp_path,
         for i in range(len(dataset)):
             dataset[i]
     msg = str(err.value)
-    failed, tried = map(int, re.search(
-        r'(\d+) of the (\d+) images this dataloader worker loaded could not '
-        r'be read', msg).groups())
+    pattern = (r'(\d+) of the (\d+) images this dataloader worker loaded '
+               r'could not be read')
+    failed, tried = map(int, re.search(pattern, msg).groups())
     assert (failed, tried) == (len(load.unreadable), load.num_attempts)
     assert tried >= 4 and failed > 0.25 * tried
     assert 'more than max_unreadable_ratio=0.25' in msg
@@ -156,8 +155,10 @@ def test_ratio_is_checked_from_min_attempts_on(tmp_path, monkeypatch):
     assert out[1] is None and all(o is not None for o in out[::2])
     assert out[3]['img'].shape == (24, 24, 3)
     # 5th load: 2 of 5 failed > 0.25
-    with pytest.raises(UnreadableImageError, match=r'2 of the 5 images .*'
-                       r'\(40.0%\), more than max_unreadable_ratio=0.25'):
+    with pytest.raises(
+            UnreadableImageError,
+            match=r'2 of the 5 images .*'
+            r'\(40.0%\), more than max_unreadable_ratio=0.25'):
         load(dict(img_path=str(files['text.jpg'])))
 
 

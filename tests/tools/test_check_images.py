@@ -14,8 +14,7 @@ def test_lists_every_unreadable_file(check_images, tmp_path, capsys):
     files = write_images(root, num_good=4)
     (root / 'notes.txt').write_text('not an image extension: not checked')
     out = tmp_path / 'bad.txt'
-    assert check_images([str(root), '--workers', '2', '--out',
-                         str(out)]) == 1
+    assert check_images([str(root), '--workers', '2', '--out', str(out)]) == 1
     lines = out.read_text().splitlines()
     listed = dict(line.split('\t') for line in lines)
     assert sorted(listed) == sorted(str(files[n]) for n in BROKEN)
@@ -44,8 +43,10 @@ def test_all_good_exits_0(check_images, tmp_path, capsys):
 def test_other_backend_and_usage_errors(check_images, tmp_path, capsys):
     files = write_images(tmp_path, num_good=1)
     out = tmp_path / 'bad.txt'
-    assert check_images([str(tmp_path), '--backend', 'pillow', '--out',
-                         str(out), '--workers', '2']) == 1
+    assert check_images([
+        str(tmp_path), '--backend', 'pillow', '--out',
+        str(out), '--workers', '2'
+    ]) == 1
     listed = dict(line.split('\t') for line in out.read_text().splitlines())
     assert listed[str(files['truncated.jpg'])] == (
         'pillow cannot decode it (OSError: Truncated File Read; 300 bytes)')

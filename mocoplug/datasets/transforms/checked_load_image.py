@@ -113,8 +113,8 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
         failed, tried = len(self.unreadable), self.num_attempts
         if tried >= self.min_attempts and \
                 failed > self.max_unreadable_ratio * tried:
-            shown = ', '.join(self.unreadable[:5]) + (
-                f' and {failed - 5} more' if failed > 5 else '')
+            shown = ', '.join(self.unreadable[:5]) + (f' and {failed - 5} more'
+                                                      if failed > 5 else '')
             raise UnreadableImageError(
                 f'{failed} of the {tried} images this dataloader worker '
                 f'loaded could not be read ({100 * failed / tried:.1f}%), '

@@ -152,8 +152,8 @@ def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
         and not name.startswith('momentum_encoder.')
     ]
     if plain:
-        shown = ', '.join(plain[:3]) + (
-            f' and {len(plain) - 3} more' if len(plain) > 3 else '')
+        shown = ', '.join(plain[:3]) + (f' and {len(plain) - 3} more'
+                                        if len(plain) > 3 else '')
         print_log(
             f'MoCoV3 trains on {world_size} GPUs/processes with '
             f'{len(plain)} BatchNorm layers that are not synchronised '

@@ -90,7 +90,7 @@ class NonFiniteLossHook(Hook):
             bad = {k: v for k, v in values.items() if not math.isfinite(v)}
             if bad:
                 raise NonFiniteLossError(
-                    self._loss_message(runner, batch_idx, values, bad))
+                    self._loss_message(runner, batch_idx, bad))
             if 'loss' in values:
                 self.last_finite_loss = values['loss']
                 self.last_finite_iter = runner.iter + 1
@@ -131,13 +131,12 @@ class NonFiniteLossHook(Hook):
                 continue
             logged = hub.get_scalar(f'train/{key}') \
                 if f'train/{key}' in hub.log_scalars else None
-            values[key] = float(logged.current() if logged is not None else
-                                value)
+            values[key] = float(
+                logged.current() if logged is not None else value)
         return values
 
     def _loss_message(self, runner: Runner, batch_idx: int,
-                      values: Dict[str, float], bad: Dict[str,
-                                                          float]) -> str:
+                      bad: Dict[str, float]) -> str:
         it = runner.iter + 1
         where = f'iteration {it}'
         if runner.train_loop.__class__.__name__ != 'IterBasedTrainLoop':
@@ -173,8 +172,8 @@ class NonFiniteLossHook(Hook):
     @staticmethod
     def _latest_checkpoint(runner: Runner) -> str:
         last = runner.message_hub.get_info('last_ckpt')
-        return (f'the latest checkpoint is {last}' if last else
-                'no checkpoint had been written in this run')
+        return (f'the latest checkpoint is {last}'
+                if last else 'no checkpoint had been written in this run')
 
     @staticmethod
     def _checkpoint_due(runner: Runner, by_epoch: bool) -> bool:
@@ -185,14 +184,15 @@ class NonFiniteLossHook(Hook):
                     hook.by_epoch != by_epoch:
                 continue
             if by_epoch:
-                due = hook.every_n_epochs(runner, hook.interval,
-                                          hook.save_begin) or (
-                                              hook.save_last and
-                                              hook.is_last_train_epoch(runner))
+                due = hook.every_n_epochs(
+                    runner, hook.interval,
+                    hook.save_begin) or (hook.save_last
+                                         and hook.is_last_train_epoch(runner))
             else:
                 due = hook.every_n_train_iters(
-                    runner, hook.interval, hook.save_begin) or (
-                        hook.save_last and hook.is_last_train_iter(runner))
+                    runner, hook.interval,
+                    hook.save_begin) or (hook.save_last
+                                         and hook.is_last_train_iter(runner))
             if due:
                 return True
         return False
@@ -215,7 +215,7 @@ class NonFiniteLossHook(Hook):
             return
         device = flags[0].device
         ok: Sequence[bool] = torch.stack([f.to(device)
-                                         for f in flags]).tolist()
+                                          for f in flags]).tolist()
         bad = [n for n, good in zip(names, ok) if not good]
         if bad:
             shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more'

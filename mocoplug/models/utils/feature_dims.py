@@ -26,9 +26,9 @@ class _EvalMode:
         self.modules = [m for m in modules if m is not None]
 
     def __enter__(self) -> None:
-        self.flags: List[Tuple[nn.Module, bool]] = [
-            (m, m.training) for mod in self.modules for m in mod.modules()
-        ]
+        self.flags: List[Tuple[nn.Module, bool]] = [(m, m.training)
+                                                    for mod in self.modules
+                                                    for m in mod.modules()]
         for mod in self.modules:
             mod.eval()
 
@@ -96,8 +96,7 @@ def check_feature_dims(algorithm: str,
                 'the first training step.',
                 logger='current')
             return
-        feats = tuple(feats) if isinstance(feats, (tuple, list)) else (
-            feats, )
+        feats = tuple(feats) if isinstance(feats, (tuple, list)) else (feats, )
         try:
             key = neck(feats)[0]
         except Exception as e:

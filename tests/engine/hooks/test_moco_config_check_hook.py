@@ -37,8 +37,8 @@ def run(cfg):
     return runner
 
 
-def test_on_by_default_and_a_good_setup_passes(tiny_moco_runner_cfg,
-                                               tmp_path, loaded):
+def test_on_by_default_and_a_good_setup_passes(tiny_moco_runner_cfg, tmp_path,
+                                               loaded):
     cfg = Config.fromfile(
         config_path('mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py'))
     assert cfg.default_hooks.moco_config_check == CHECK
@@ -90,11 +90,12 @@ def test_uneven_batch_is_a_warning(tiny_moco_runner_cfg, monkeypatch):
     model = type('M', (), dict(shuffle_bn='split', num_splits=3))()
     loader = torch.utils.data.DataLoader(list(range(16)), batch_size=8)
     check_hook.check_split_batch(model, loader)  # 16 % 8 == 0: no error
-    assert logged == [(
-        "MoCo: shuffle_bn='split' with train_dataloader.batch_size=8 and "
-        'model.num_splits=3: the slices are unequal and normalised one by '
-        'one (slower); a num_splits that divides the batch size avoids it.',
-        30)]
+    assert logged == [
+        ("MoCo: shuffle_bn='split' with train_dataloader.batch_size=8 and "
+         'model.num_splits=3: the slices are unequal and normalised one by '
+         'one (slower); a num_splits that divides the batch size avoids it.',
+         30)
+    ]
 
 
 def exclude_cfg(tiny_moco_runner_cfg, work_dir):
@@ -139,10 +140,12 @@ def test_exclude_same_instance_with_a_dataset_without_indices(
 
     cfg = exclude_cfg(tiny_moco_runner_cfg, tmp_path)
     cfg.train_dataloader.dataset.type = 'PlainDigits'
-    with pytest.raises(ValueError, match=r'train_dataloader.dataset is a '
-                       r'PlainDigits, not derived from mmengine.dataset.'
-                       r'BaseDataset: derive it from BaseDataset or set '
-                       r'exclude_same_instance=False'):
+    with pytest.raises(
+            ValueError,
+            match=r'train_dataloader.dataset is a '
+            r'PlainDigits, not derived from mmengine.dataset.'
+            r'BaseDataset: derive it from BaseDataset or set '
+            r'exclude_same_instance=False'):
         run(cfg)
     assert loaded == []
     # two concatenated datasets: both number their images from 0
@@ -150,9 +153,11 @@ def test_exclude_same_instance_with_a_dataset_without_indices(
     part = cfg.train_dataloader.dataset
     cfg.train_dataloader.dataset = dict(
         type='ConcatDataset', datasets=[part, part])
-    with pytest.raises(ValueError, match=r'is a ConcatDataset: each of its '
-                       r'datasets numbers its images from 0.*set '
-                       r'exclude_same_instance=False'):
+    with pytest.raises(
+            ValueError,
+            match=r'is a ConcatDataset: each of its '
+            r'datasets numbers its images from 0.*set '
+            r'exclude_same_instance=False'):
         run(cfg)
     assert loaded == []
     # a RepeatDataset maps back to one dataset: fine
@@ -182,14 +187,17 @@ def test_mocov3_without_syncbn_on_several_gpus_warns(monkeypatch):
     def v3(norm):
         return MoCoV3(
             backbone=dict(backbone, norm_cfg=dict(type=norm)),
-            neck=dict(mlp, in_channels=128, norm_cfg=dict(type=norm + '1d')
-                      if norm == 'BN' else dict(type=norm)),
+            neck=dict(
+                mlp,
+                in_channels=128,
+                norm_cfg=dict(type=norm +
+                              '1d') if norm == 'BN' else dict(type=norm)),
             predictor=dict(
                 mlp,
                 in_channels=16,
                 with_avg_pool=False,
-                norm_cfg=dict(type=norm + '1d')
-                if norm == 'BN' else dict(type=norm)),
+                norm_cfg=dict(type=norm +
+                              '1d') if norm == 'BN' else dict(type=norm)),
             head=dict(type='InfoNCEHead', temperature=1.0))
 
     plain = v3('BN')

@@ -14,9 +14,10 @@ from mocoplug.engine.hooks import NonFiniteLossError, NonFiniteLossHook
 from mocoplug.registry import HOOKS
 
 ROOT = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-DIGITS = os.path.join(ROOT, 'configs',
-                      'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DIGITS = os.path.join(
+    ROOT, 'configs', 'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
 # The issue's command (lr 1e8), scaled down: 64 digits, 4 batches of 16 per
 # epoch, a checkpoint after every iteration.
 DIVERGING = [
@@ -56,9 +57,10 @@ def test_digits_config_with_huge_lr_stops_at_the_first_nan(
     and every checkpoint on disk is finite."""
     train = load_tool('train')
     # reference: the same run without the hook, for 1 epoch
-    args = train.parse_args(
-        [DIGITS, '--work-dir',
-         str(tmp_path / 'ref'), '--cfg-options', *DIVERGING])
+    args = train.parse_args([
+        DIGITS, '--work-dir',
+        str(tmp_path / 'ref'), '--cfg-options', *DIVERGING
+    ])
     cfg = train.merge_args(Config.fromfile(DIGITS), args)
     cfg.default_hooks.pop('non_finite_loss')
     cfg.custom_hooks = cfg.custom_hooks[:1]  # no kNN monitor
@@ -73,8 +75,9 @@ def test_digits_config_with_huge_lr_stops_at_the_first_nan(
 
     work = tmp_path / 'run'
     with pytest.raises(NonFiniteLossError) as err:
-        train.main([DIGITS, '--work-dir', str(work), '--cfg-options',
-                    *DIVERGING])
+        train.main(
+            [DIGITS, '--work-dir',
+             str(work), '--cfg-options', *DIVERGING])
     msg = str(err.value)
     it = first_bad + 1  # 1-based, as the log
     assert f'loss=nan at iteration {it} (epoch 1, batch {it}/4)' in msg
@@ -86,9 +89,8 @@ def test_digits_config_with_huge_lr_stops_at_the_first_nan(
                    "loss_scale='dynamic'", 'bfloat16'):
         assert advice in msg
     saved = sorted(os.listdir(work))
-    assert [f for f in saved if f.endswith('.pth')] == [
-        f'iter_{i}.pth' for i in range(1, it)
-    ]
+    assert [f for f in saved
+            if f.endswith('.pth')] == [f'iter_{i}.pth' for i in range(1, it)]
     assert all(all_finite(work / f'iter_{i}.pth') for i in range(1, it))
     assert (work / 'last_checkpoint').read_text() == \
         f'{work}/iter_{it - 1}.pth'
@@ -108,8 +110,7 @@ def test_normal_run_checks_every_iteration_and_passes(tiny_moco_runner_cfg,
     assert all_finite(tmp_path / 'iter_3.pth')
 
 
-def test_iteration_loop_message_and_first_iteration(tiny_runner_cfg,
-                                                    tmp_path):
+def test_iteration_loop_message_and_first_iteration(tiny_runner_cfg, tmp_path):
     """Iteration-based loop; a loss that is infinite at once."""
 
     @HOOKS.register_module(force=True)
@@ -140,7 +141,10 @@ def test_finite_loss_but_non_finite_weights_never_saved(
     class PoisonWeightsAfterStep3(Hook):
         priority = 'VERY_HIGH'  # after the step, before the NaN check
 
-        def after_train_iter(self, runner, batch_idx, data_batch=None,
+        def after_train_iter(self,
+                             runner,
+                             batch_idx,
+                             data_batch=None,
                              outputs=None):
             if runner.iter + 1 == 3:
                 runner.model.linear.bias.data.fill_(float('nan'))
@@ -154,10 +158,9 @@ def test_finite_loss_but_non_finite_weights_never_saved(
     # iteration 3 wrote NaN weights; iteration 4's loss is NaN
     assert 'loss=nan at iteration 4;' in msg
     assert f'latest checkpoint is {tmp_path}/iter_2.pth' in msg
-    assert sorted(os.path.basename(p)
-                  for p in glob.glob(str(tmp_path / '*.pth'))) == [
-                      'iter_2.pth'
-                  ]
+    assert sorted(
+        os.path.basename(p)
+        for p in glob.glob(str(tmp_path / '*.pth'))) == ['iter_2.pth']
 
     # a checkpoint due at the very iteration the weights broke
     cfg = tiny_runner_cfg(tmp_path / 'b', max_iters=6)

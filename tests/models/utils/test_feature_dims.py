@@ -82,21 +82,27 @@ def test_backbone_channels_vs_neck_in_channels():
         '(channels first, batch left out): set model.neck.in_channels=128')
     assert 'mat1 and mat2 shapes cannot be multiplied' in msg  # torch's
     # a backbone with several outputs
-    with pytest.raises(ValueError, match=r'shape\(s\) \(16, 8, 8\), .*'
-                       r'\(128, 1, 1\).*out_indices=\(3, \)'):
+    with pytest.raises(
+            ValueError,
+            match=r'shape\(s\) \(16, 8, 8\), .*'
+            r'\(128, 1, 1\).*out_indices=\(3, \)'):
         moco(backbone=dict(RESNET, out_indices=(0, 1, 2, 3)))
     # ViT: the class token's width
-    with pytest.raises(ValueError, match=r'MoCoV3: model.neck .* shape\(s\) '
-                       r'\(48,\) .*set model.neck.in_channels=48'):
+    with pytest.raises(
+            ValueError,
+            match=r'MoCoV3: model.neck .* shape\(s\) '
+            r'\(48,\) .*set model.neck.in_channels=48'):
         mocov3(
             backbone=dict(VIT, arch=dict(VIT['arch'], embed_dims=48)),
             neck=mlp(32, 16, avg_pool=False))
 
 
 def test_mocov3_predictor_and_queue():
-    with pytest.raises(ValueError, match=r'model.predictor \(MoCoProjection'
-                       r'Neck\) cannot take the 16-d output of model.neck: '
-                       r'set model.predictor.in_channels=16'):
+    with pytest.raises(
+            ValueError,
+            match=r'model.predictor \(MoCoProjection'
+            r'Neck\) cannot take the 16-d output of model.neck: '
+            r'set model.predictor.in_channels=16'):
         mocov3(predictor=mlp(256, 16, avg_pool=False))
     with pytest.raises(ValueError) as err:
         mocov3(predictor=mlp(16, 8, avg_pool=False))
