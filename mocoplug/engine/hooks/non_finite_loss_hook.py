@@ -96,7 +96,8 @@ class NonFiniteLossHook(Hook):
                 self.last_finite_iter = runner.iter + 1
         if self.check_weights_before_save and self._checkpoint_due(
                 runner, by_epoch=False):
-            self._check_weights(runner, self._model_state(runner))
+            self._check_weights(runner, self._model_state(runner),
+                                self._where(runner, batch_idx))
             self._verified_iter = runner.iter
 
     def after_train_epoch(self, runner: Runner) -> None:
@@ -105,7 +106,10 @@ class NonFiniteLossHook(Hook):
         # in before_save_checkpoint would come too late to prevent.
         if self.check_weights_before_save and self._checkpoint_due(
                 runner, by_epoch=True):
-            self._check_weights(runner, self._model_state(runner))
+            # runner.iter counts the epoch's last iteration by now
+            self._check_weights(
+                runner, self._model_state(runner),
+                f'iteration {runner.iter} (end of epoch {runner.epoch + 1})')
             self._verified_iter = runner.iter
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
@@ -114,7 +118,8 @@ class NonFiniteLossHook(Hook):
         # for the save just checked above.
         verified, self._verified_iter = self._verified_iter, None
         if self.check_weights_before_save and verified != runner.iter:
-            self._check_weights(runner, checkpoint.get('state_dict', {}))
+            self._check_weights(runner, checkpoint.get('state_dict', {}),
+                                f'iteration {runner.iter}')
 
     @staticmethod
     def _logged_losses(runner: Runner, outputs: Dict) -> Dict[str, float]:
@@ -137,12 +142,7 @@ class NonFiniteLossHook(Hook):
 
     def _loss_message(self, runner: Runner, batch_idx: int,
                       bad: Dict[str, float]) -> str:
-        it = runner.iter + 1
-        where = f'iteration {it}'
-        if runner.train_loop.__class__.__name__ != 'IterBasedTrainLoop':
-            n = len(runner.train_dataloader)
-            where += (f' (epoch {runner.epoch + 1}, batch {batch_idx + 1}/'
-                      f'{n})')
+        where = self._where(runner, batch_idx)
         terms = ', '.join(f'{k}={v}' for k, v in bad.items())
         if self.last_finite_loss is None:
             last = 'no finite loss was logged before (it diverged at once)'
@@ -154,6 +154,17 @@ class NonFiniteLossHook(Hook):
                 f'{last}; {self._lr(runner)}. The run is stopped before '
                 f'any checkpoint of these weights is written; '
                 f'{self._latest_checkpoint(runner)}. {ADVICE}')
+
+    @staticmethod
+    def _where(runner: Runner, batch_idx: Optional[int] = None) -> str:
+        """'iteration N' (1-based, as the log), with the epoch and batch in
+        an epoch-based loop."""
+        where = f'iteration {runner.iter + 1}'
+        if batch_idx is not None and \
+                type(runner.train_loop).__name__ != 'IterBasedTrainLoop':
+            where += (f' (epoch {runner.epoch + 1}, batch {batch_idx + 1}/'
+                      f'{len(runner.train_dataloader)})')
+        return where
 
     @staticmethod
     def _lr(runner: Runner) -> str:
@@ -201,8 +212,8 @@ class NonFiniteLossHook(Hook):
     def _model_state(runner: Runner) -> Dict[str, torch.Tensor]:
         return get_ori_model(runner.model).state_dict()
 
-    def _check_weights(self, runner: Runner,
-                       state: Dict[str, torch.Tensor]) -> None:
+    def _check_weights(self, runner: Runner, state: Dict[str, torch.Tensor],
+                       where: str) -> None:
         """Raise if a floating-point tensor of ``state`` is not finite (one
         host sync for all tensors)."""
         names: List[str] = []
@@ -220,9 +231,12 @@ class NonFiniteLossHook(Hook):
         if bad:
             shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more'
                                           if len(bad) > 5 else '')
+            loss = '' if self.last_finite_loss is None else \
+                f' ({self.last_finite_loss:.6g})'
             raise NonFiniteLossError(
                 f'NonFiniteLossHook: the model holds non-finite values '
-                f'after iteration {runner.iter + 1} ({shown}) although the '
-                'logged loss was finite (e.g. the gradients overflowed); the '
-                'run is stopped before the checkpoint is written; '
-                f'{self._latest_checkpoint(runner)}. {ADVICE}')
+                f'after {where} ({shown}) although the logged loss was '
+                f'finite{loss}, e.g. the gradients overflowed; '
+                f'{self._lr(runner)}. The run is stopped before the '
+                f'checkpoint is written; {self._latest_checkpoint(runner)}. '
+                f'{ADVICE}')

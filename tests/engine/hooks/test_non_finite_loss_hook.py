@@ -185,3 +185,36 @@ def test_save_outside_checkpoint_hook_is_refused(tiny_runner_cfg, tmp_path):
         runner.save_checkpoint(str(tmp_path), 'broken.pth')
     assert os.path.exists(tmp_path / 'finite.pth')
     assert not os.path.exists(tmp_path / 'broken.pth')
+
+
+def test_non_finite_weights_at_the_end_of_an_epoch(tiny_runner_cfg, tmp_path):
+
+    @HOOKS.register_module(force=True)
+    class PoisonLastStepOfEpoch2(Hook):
+        priority = 'VERY_HIGH'
+
+        def after_train_iter(self,
+                             runner,
+                             batch_idx,
+                             data_batch=None,
+                             outputs=None):
+            if runner.iter + 1 == 8:  # 4 iterations per epoch
+                runner.model.linear.bias.data.fill_(float('inf'))
+
+    cfg = tiny_runner_cfg(
+        tmp_path,
+        train_cfg=dict(by_epoch=True, max_epochs=3),
+        param_scheduler=None)
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=1)
+    cfg.default_hooks.non_finite_loss = dict(type='NonFiniteLossHook')
+    cfg.custom_hooks = [dict(type='PoisonLastStepOfEpoch2')]
+    with pytest.raises(NonFiniteLossError) as err:
+        Runner.from_cfg(cfg).train()
+    assert ('non-finite values after iteration 8 (end of epoch 2) '
+            '(linear.bias)') in str(err.value)
+    assert 'lr 0.1' in str(err.value)
+    assert f'latest checkpoint is {tmp_path}/epoch_1.pth' in str(err.value)
+    assert sorted(
+        os.path.basename(p)
+        for p in glob.glob(str(tmp_path / '*.pth'))) == ['epoch_1.pth']
+    assert all_finite(tmp_path / 'epoch_1.pth')
