@@ -11,4 +11,8 @@ default_hooks = dict(
     # embedding std, alignment/uniformity, pos/neg similarity, queue age,
     # key-query distance on the logged iterations; warns on collapse. Does
     # nothing for models without a momentum encoder (linear benchmarks).
-    representation_health=dict(type='RepresentationHealthHook'))
+    representation_health=dict(type='RepresentationHealthHook'),
+    # stop at the first NaN/inf loss; never save non-finite weights
+    non_finite_loss=dict(type='NonFiniteLossHook'),
+    # MoCo setup vs the dataloader/GPUs, checked before any data is loaded
+    moco_config_check=dict(type='MoCoConfigCheckHook'))

@@ -1,10 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+from .checked_load_image import CheckedLoadImageFromFile
 from .fast_color_jitter import FastColorJitter
 from .fast_gaussian_blur import FastGaussianBlur
 from .fast_random_grayscale import FastRandomGrayscale
 from .fixed_random_affine import FixedRandomAffine
 
 __all__ = [
-    'FastColorJitter', 'FastGaussianBlur', 'FastRandomGrayscale',
-    'FixedRandomAffine'
+    'CheckedLoadImageFromFile', 'FastColorJitter', 'FastGaussianBlur',
+    'FastRandomGrayscale', 'FixedRandomAffine'
 ]

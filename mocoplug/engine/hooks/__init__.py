@@ -1,6 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .knn_monitor_hook import KNNMonitorHook
+from .moco_config_check_hook import MoCoConfigCheckHook
 from .momentum_update_hook import MomentumUpdateHook
+from .non_finite_loss_hook import NonFiniteLossError, NonFiniteLossHook
 from .representation_health_hook import RepresentationHealthHook
 
-__all__ = ['KNNMonitorHook', 'MomentumUpdateHook', 'RepresentationHealthHook']
+__all__ = [
+    'KNNMonitorHook', 'MoCoConfigCheckHook', 'MomentumUpdateHook',
+    'NonFiniteLossError', 'NonFiniteLossHook', 'RepresentationHealthHook'
+]

@@ -9,7 +9,7 @@ from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import SplitBatchNorm
+from ..utils import SplitBatchNorm, check_feature_dims
 from ..utils.split_batch_norm import SPLITTABLE
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 
@@ -54,7 +54,9 @@ class MoCo(BaseMomentumSelfSupervisor):
             ``MoCoProjectionNeck``.
         head (dict): Config of the loss head, e.g. ``InfoNCEHead``.
         queue (dict): Config of the negative-key queue. Its ``dim`` must
-            equal the neck's output channels. Defaults to
+            equal the neck's output channels (checked at construction with
+            the backbone -> neck channels, see
+            :func:`~mocoplug.models.utils.check_feature_dims`). Defaults to
             ``dict(type='NegativeKeyQueue', size=65536, dim=128)``.
         shuffle_bn (str): ``'ddp'``, ``'split'`` or ``'none'``, see above.
             Defaults to ``'ddp'``.
@@ -100,6 +102,7 @@ class MoCo(BaseMomentumSelfSupervisor):
             SplitBatchNorm.convert(self.backbone, num_splits)
             SplitBatchNorm.convert(self.neck, num_splits)
         self.queue = build_module(queue)
+        check_feature_dims('MoCo', self.backbone, self.neck, self.queue)
         self.build_momentum_encoder()
         self._warned_single_process = False
 

@@ -7,6 +7,7 @@ from mmengine.dist import all_gather, get_rank, get_world_size
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
+from ..utils import check_feature_dims
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 from .moco import sample_indices
 
@@ -47,6 +48,10 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             with ViT (``with_last_bn=True``) but not with ResNet.
         queue (dict, optional): Config of a negative-key queue to use
             instead of in-batch negatives. Defaults to None.
+
+    The channels of backbone -> neck -> predictor and the queue's ``dim``
+    are checked at construction
+    (:func:`~mocoplug.models.utils.check_feature_dims`).
         pretrained (str, optional): Checkpoint of the whole model to load.
         data_preprocessor (dict, optional): Config of the data preprocessor;
             ``SelfSupDataPreprocessor`` if no type is given.
@@ -78,6 +83,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                 'with_bias=False, with_bn=True, with_avg_pool=False).')
         self.predictor = build_module(predictor)
         self.queue = build_module(queue)
+        check_feature_dims('MoCoV3', self.backbone, self.neck, self.queue,
+                           self.predictor)
         self.build_momentum_encoder()
 
     def contrast(self, query: torch.Tensor, key: torch.Tensor,

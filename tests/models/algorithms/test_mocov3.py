@@ -300,9 +300,10 @@ def test_queue_with_same_instance_exclusion_needs_and_uses_ids():
 def test_bad_configs_name_the_field_and_the_fix():
     with pytest.raises(ValueError, match='`predictor` is required'):
         tiny_mocov3(predictor=None)
-    model = tiny_mocov3(queue=dict(type='NegativeKeyQueue', size=8, dim=7))
-    with pytest.raises(ValueError, match='queue.dim=7'):
-        model.loss([torch.randn(2, 3, 32, 32)] * 2, None)
+    # at construction, before any data (test_feature_dims.py has the rest)
+    with pytest.raises(ValueError, match=r'model.queue.dim=7 but model.neck '
+                       r'outputs 16-d keys .*set model.queue.dim=16'):
+        tiny_mocov3(queue=dict(type='NegativeKeyQueue', size=8, dim=7))
     with pytest.raises(ValueError, match='MultiView'):
         tiny_mocov3().loss([torch.randn(2, 3, 32, 32)], None)
 

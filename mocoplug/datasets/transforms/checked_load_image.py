@@ -1,0 +1,159 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import logging
+import sys
+from typing import List, Optional, Tuple
+
+from mmcv.transforms import LoadImageFromFile
+from mmengine.dataset import BaseDataset
+from mmengine.logging import print_log
+
+from mocoplug.registry import TRANSFORMS
+from ..image_check import UnreadableImageError, decode_image
+
+
+@TRANSFORMS.register_module()
+class CheckedLoadImageFromFile(LoadImageFromFile):
+    """mmcv's ``LoadImageFromFile`` with a clear error for an unreadable
+    image, or an option to skip it.
+
+    mmcv's transform stops the run with ``AssertionError: failed to load
+    image: PATH`` (or a raw decoder error) from inside a dataloader worker.
+    This one loads and decodes exactly as mmcv's does (same arguments,
+    ``mmcv.imfrombytes``) and, when a file cannot be read or decoded (empty,
+    truncated, not an image, no pixels):
+
+    - by default raises :class:`UnreadableImageError` naming the file, the
+      reason, the dataset and the fixes;
+    - with ``skip_unreadable=True`` logs a warning with the running count
+      and returns None: mmengine's ``BaseDataset`` then fetches another,
+      random image instead (up to its ``max_refetch``, 1000 by default), so
+      the batch keeps its size. If more than ``max_unreadable_ratio`` of the
+      images this process tried to load failed (checked once it tried
+      ``min_attempts``), it raises: that many broken files point to a wrong
+      folder or a bad copy rather than to a few bad files.
+
+    Counting with several dataloader workers: every worker process holds
+    its own copy of the pipeline, so the counts and the ratio are per
+    worker, since the worker started (the whole run with
+    ``persistent_workers=True``, tools/train.py's default; otherwise one
+    epoch), and per rank in a distributed run. Each worker loads a random
+    share of the images, so its ratio estimates the dataset's; the warnings
+    of all workers together list every skipped file.
+
+    ``tools/check_images.py`` finds every unreadable file before a run,
+    with the same decoding.
+
+    Args:
+        skip_unreadable (bool): Skip unreadable images (with a warning)
+            instead of stopping. Defaults to False.
+        max_unreadable_ratio (float): With ``skip_unreadable``, the largest
+            share of failed loads tolerated. Defaults to 0.01.
+        min_attempts (int): Number of loads a worker makes before the ratio
+            is checked. Defaults to 100.
+        **kwargs: Arguments of mmcv's ``LoadImageFromFile``
+            (``imdecode_backend``, ``color_type``, ``to_float32``,
+            ``backend_args``). ``ignore_empty`` is refused (it returns None
+            for a missing file without a count or a warning), and so is
+            mmcv's deprecated ``file_client_args``.
+    """
+
+    def __init__(self,
+                 skip_unreadable: bool = False,
+                 max_unreadable_ratio: float = 0.01,
+                 min_attempts: int = 100,
+                 **kwargs) -> None:
+        if kwargs.get('ignore_empty'):
+            raise ValueError(
+                'CheckedLoadImageFromFile: use skip_unreadable=True instead '
+                'of ignore_empty=True (which skips silently)')
+        if kwargs.get('file_client_args') is not None:
+            raise ValueError(
+                'CheckedLoadImageFromFile: file_client_args is deprecated by '
+                'mmcv; pass the same dict as backend_args')
+        if not 0 <= max_unreadable_ratio < 1:
+            raise ValueError(
+                'CheckedLoadImageFromFile: max_unreadable_ratio must be in '
+                f'[0, 1), got {max_unreadable_ratio}')
+        super().__init__(**kwargs)
+        self.skip_unreadable = skip_unreadable
+        self.max_unreadable_ratio = max_unreadable_ratio
+        self.min_attempts = min_attempts
+        self.num_attempts = 0
+        self.unreadable: List[str] = []
+
+    def transform(self, results: dict) -> Optional[dict]:
+        filename = results['img_path']
+        self.num_attempts += 1
+        try:
+            img = decode_image(filename, self.imdecode_backend,
+                               self.color_type, self.backend_args)
+        except UnreadableImageError as e:
+            return self._unreadable(filename, str(e))
+        if self.to_float32:
+            img = img.astype('float32')
+        results['img'] = img
+        results['img_shape'] = img.shape[:2]
+        results['ori_shape'] = img.shape[:2]
+        return results
+
+    def _unreadable(self, filename: str, reason: str) -> None:
+        dataset, folder = _calling_dataset()
+        if not self.skip_unreadable:
+            raise UnreadableImageError(
+                f'Cannot load image {filename!r}: {reason}. Dataset: '
+                f'{dataset}. Fix: list every unreadable file with `python '
+                f'tools/check_images.py {folder} --out bad.txt` and remove or '
+                'replace them; or skip unreadable images while training '
+                'with skip_unreadable=True on CheckedLoadImageFromFile (the '
+                'folder config: --cfg-options '
+                'train_dataloader.dataset.pipeline.0.skip_unreadable=True), '
+                'which stops if more than max_unreadable_ratio of the loads '
+                'fail.')
+        self.unreadable.append(filename)
+        failed, tried = len(self.unreadable), self.num_attempts
+        if tried >= self.min_attempts and \
+                failed > self.max_unreadable_ratio * tried:
+            shown = ', '.join(self.unreadable[:5]) + (f' and {failed - 5} more'
+                                                      if failed > 5 else '')
+            raise UnreadableImageError(
+                f'{failed} of the {tried} images this dataloader worker '
+                f'loaded could not be read ({100 * failed / tried:.1f}%), '
+                f'more than max_unreadable_ratio={self.max_unreadable_ratio}'
+                f' (dataset: {dataset}): {shown}. So many point to a wrong '
+                'folder or a damaged copy; check the data with `python '
+                f'tools/check_images.py {folder}`.')
+        print_log(
+            f'CheckedLoadImageFromFile: skipped unreadable image '
+            f'{filename!r} ({reason}); another image is loaded instead. '
+            f'Unreadable so far in this worker: {failed} of {tried} loads.',
+            logger='current',
+            level=logging.WARNING)
+        return None
+
+    def __repr__(self) -> str:
+        return (super().__repr__()[:-1] +
+                f', skip_unreadable={self.skip_unreadable}, '
+                f'max_unreadable_ratio={self.max_unreadable_ratio}, '
+                f'min_attempts={self.min_attempts})')
+
+
+def _calling_dataset() -> Tuple[str, str]:
+    """Describe the dataset whose pipeline runs this transform, and name
+    its folder.
+
+    A transform gets no reference to its dataset; on this error path (never
+    on the normal one) the call stack is searched for the ``BaseDataset``
+    method that called the pipeline.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get('self')
+        if isinstance(owner, BaseDataset):
+            desc = f'{type(owner).__name__}(data_root={owner.data_root!r}'
+            if getattr(owner, 'ann_file', ''):
+                desc += f', ann_file={owner.ann_file!r}'
+            return desc + f', {len(owner)} images)', owner.data_root or \
+                'FOLDER'
+        frame = frame.f_back
+    return ('unknown (the transform was not called by an mmengine '
+            'dataset)', 'FOLDER')

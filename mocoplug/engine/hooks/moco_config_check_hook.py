@@ -1,0 +1,201 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Checks of a MoCo training setup that need the dataloader or the number of
+processes, run before the first batch is loaded."""
+import logging
+from typing import Iterator, List
+
+import torch.nn as nn
+from mmengine.dataset import BaseDataset, InfiniteSampler
+from mmengine.dist import get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.runner import Runner
+from mmpretrain.datasets.transforms import PackInputs
+from mmpretrain.utils import get_ori_model
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.data import ConcatDataset, DataLoader
+
+from mocoplug.registry import HOOKS
+
+EXCLUDE = 'model.queue.exclude_same_instance=True'
+
+
+def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
+    """``shuffle_bn='split'``: every batch, the last one of a pass over the
+    data included, must hold at least ``num_splits`` images per process.
+
+    The per-process batch is ``train_dataloader.batch_size``. Without
+    ``drop_last``, the last batch of a pass holds what is left of this
+    process's share of the dataset (mmengine's ``DefaultSampler`` pads the
+    shares to equal sizes); with an ``InfiniteSampler`` every batch is full.
+    A batch that does not divide evenly trains correctly (unequal slices,
+    a slower path) and gets a warning.
+    """
+    if getattr(model, 'shuffle_bn', None) != 'split':
+        return
+    splits = model.num_splits
+    batch = loader.batch_size or getattr(loader.batch_sampler, 'batch_size',
+                                         None)
+    if batch is None:  # a custom batch sampler without a fixed size
+        return
+    if batch < splits:
+        raise ValueError(
+            f"MoCo: shuffle_bn='split' normalises every batch in "
+            f'model.num_splits={splits} slices, but '
+            f'train_dataloader.batch_size={batch} (images per GPU/process) '
+            f'is smaller: set model.num_splits to at most {batch} (ideally '
+            'a divisor of the batch size) or raise the batch size.')
+    if batch % splits:
+        print_log(
+            f"MoCo: shuffle_bn='split' with train_dataloader.batch_size="
+            f'{batch} and model.num_splits={splits}: the slices are unequal '
+            'and normalised one by one (slower); a num_splits that divides '
+            'the batch size avoids it.',
+            logger='current',
+            level=logging.WARNING)
+    drop_last = getattr(loader.batch_sampler, 'drop_last', loader.drop_last)
+    if drop_last or isinstance(loader.sampler, InfiniteSampler):
+        return
+    try:
+        last = len(loader.sampler) % batch
+    except TypeError:  # a sampler without a length
+        return
+    if 0 < last < splits:
+        raise ValueError(
+            f'MoCo: the last batch of every pass over the data holds {last} '
+            f'images per process ({len(loader.sampler)} % batch_size '
+            f"{batch}), fewer than shuffle_bn='split' needs "
+            f'(model.num_splits={splits}), so training would stop there: '
+            'set train_dataloader.drop_last=True (as the MoCo configs do) '
+            'or change the batch size or num_splits.')
+
+
+def _transforms(obj, depth: int = 0) -> Iterator:
+    """Every transform of a pipeline, nested ones (``Compose``,
+    ``MultiView``, ``RandomApply``...) included."""
+    yield obj
+    if depth > 8:
+        return
+    for attr in ('transforms', 'pipelines'):
+        children = getattr(obj, attr, None)
+        if children is None:
+            continue
+        if not isinstance(children, (list, tuple)):
+            children = [children]
+        for child in children:
+            yield from _transforms(child, depth + 1)
+
+
+def check_sample_idx(model: nn.Module, dataset) -> None:
+    """``exclude_same_instance=True`` needs a unique ``sample_idx`` per image
+    in every data sample: set by mmengine's ``BaseDataset.get_data_info``
+    and kept by mmpretrain's ``PackInputs`` when ``'sample_idx'`` is in its
+    ``meta_keys`` (it is by default).
+
+    Refused: a dataset not derived from ``BaseDataset``; a concatenation of
+    datasets (each numbers its images from 0, so ids collide); a
+    ``PackInputs`` without ``'sample_idx'``. Wrappers that map back to one
+    dataset (``RepeatDataset``, ``ClassBalancedDataset``) are fine. A
+    pipeline without mmpretrain's ``PackInputs`` cannot be checked here
+    (logged); the model then checks every batch.
+    """
+    queue = getattr(model, 'queue', None)
+    if not getattr(queue, 'exclude_same_instance', False):
+        return
+    base = dataset
+    while not isinstance(base, (BaseDataset, ConcatDataset)) and \
+            hasattr(base, 'dataset'):
+        base = base.dataset  # RepeatDataset, ClassBalancedDataset, ...
+    if isinstance(base, ConcatDataset):
+        raise ValueError(
+            f'{EXCLUDE} masks keys by their dataset index (sample_idx), but '
+            f'train_dataloader.dataset is a {type(base).__name__}: each of '
+            'its datasets numbers its images from 0, so different images '
+            'share an index and would be masked as the same one. Merge the '
+            'data into one dataset (e.g. one CustomDataset over a folder of '
+            'folders) or set exclude_same_instance=False.')
+    if not isinstance(base, BaseDataset):
+        raise ValueError(
+            f'{EXCLUDE} needs the dataset index of every image (sample_idx, '
+            "set by mmengine's BaseDataset.get_data_info), but "
+            f'train_dataloader.dataset is a {type(base).__name__}, not '
+            'derived from mmengine.dataset.BaseDataset: derive it from '
+            'BaseDataset or set exclude_same_instance=False.')
+    packs: List[PackInputs] = [
+        t for t in _transforms(base.pipeline) if isinstance(t, PackInputs)
+    ]
+    if not packs:
+        print_log(
+            f"{EXCLUDE}: the pipeline has no mmpretrain PackInputs, so "
+            "whether its data samples keep 'sample_idx' is checked at the "
+            'first training step.',
+            logger='current')
+    for pack in packs:
+        if 'sample_idx' not in pack.meta_keys:
+            raise ValueError(
+                f"{EXCLUDE} needs 'sample_idx' in every data sample, but the "
+                f'train pipeline packs meta_keys={tuple(pack.meta_keys)}: '
+                "add 'sample_idx' to PackInputs' meta_keys in "
+                'train_dataloader.dataset.pipeline (it is in mmpretrain\'s '
+                'default meta_keys) or set exclude_same_instance=False.')
+
+
+def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
+    """MoCo v3 on several GPUs normalises with SyncBN everywhere (the paper
+    and the official code); warn about every other BatchNorm layer of the
+    trained branch. Returns their names."""
+    if type(model).__name__ != 'MoCoV3' or world_size <= 1:
+        return []
+    plain = [
+        name for name, m in model.named_modules()
+        if isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm)
+        and not name.startswith('momentum_encoder.')
+    ]
+    if plain:
+        shown = ', '.join(plain[:3]) + (f' and {len(plain) - 3} more'
+                                        if len(plain) > 3 else '')
+        print_log(
+            f'MoCoV3 trains on {world_size} GPUs/processes with '
+            f'{len(plain)} BatchNorm layers that are not synchronised '
+            f'({shown}): each normalises over its own GPU\'s images only, '
+            'while MoCo v3 uses SyncBN everywhere (the shipped configs set '
+            "norm_cfg=dict(type='SyncBN') in the backbone, neck and "
+            "predictor). Set that, or sync_bn='torch' in the config to "
+            'convert every BatchNorm.',
+            logger='current',
+            level=logging.WARNING)
+    return plain
+
+
+@HOOKS.register_module()
+class MoCoConfigCheckHook(Hook):
+    """Check a MoCo training setup before the first batch is loaded.
+
+    The model checks its own modules when it is built (see
+    :func:`~mocoplug.models.utils.check_feature_dims`); what also depends
+    on the dataloader or on the number of processes is checked here, in
+    ``before_train`` (after the dataloader and dataset objects exist,
+    before any image is read), with an error that names the field and the
+    fix:
+
+    - ``shuffle_bn='split'``: ``num_splits`` vs the per-GPU batch size and
+      the last batch (:func:`check_split_batch`);
+    - ``exclude_same_instance=True`` vs a dataset or pipeline that yields
+      no unique ``sample_idx`` (:func:`check_sample_idx`);
+    - MoCo v3 on more than one GPU without SyncBN: a warning
+      (:func:`warn_without_sync_bn`).
+
+    Other models are left alone. On by default through
+    ``configs/_base_/default_runtime.py``.
+    """
+
+    priority = 'VERY_HIGH'  # before hooks that read data in before_train
+
+    def before_train(self, runner: Runner) -> None:
+        model = get_ori_model(runner.model)
+        if not hasattr(model, 'momentum_pairs'):  # not a MoCo model
+            return
+        loader = runner.train_dataloader
+        check_split_batch(model, loader)
+        check_sample_idx(model, loader.dataset)
+        warn_without_sync_bn(model, get_world_size())

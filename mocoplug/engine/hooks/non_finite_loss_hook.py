@@ -1,0 +1,242 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from mmengine.hooks import CheckpointHook, Hook
+from mmengine.runner import Runner
+from mmpretrain.utils import get_ori_model
+
+from mocoplug.registry import HOOKS
+
+ADVICE = (
+    'What to try: a lower learning rate (optim_wrapper.optimizer.lr); a '
+    'warm-up (a LinearLR param_scheduler over the first epochs, as the MoCo '
+    'v3 configs have); gradient clipping (optim_wrapper.clip_grad='
+    'dict(max_norm=...)); under AMP a dynamic loss scale '
+    "(optim_wrapper.loss_scale='dynamic') or bfloat16 "
+    "(optim_wrapper.dtype='bfloat16'). Then resume from the last finite "
+    'checkpoint with --resume PATH, or start again.')
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Raised by :class:`NonFiniteLossHook` when training diverged."""
+
+
+@HOOKS.register_module()
+class NonFiniteLossHook(Hook):
+    """Stop training at the first iteration whose loss is NaN or infinite,
+    and never let a checkpoint of non-finite weights be written.
+
+    Without it a diverged run logs ``loss: nan``, trains on to the end and
+    saves NaN checkpoints as the latest ones. With it the run raises
+    :class:`NonFiniteLossError` at the iteration where a loss term became
+    non-finite, naming the iteration (and epoch), the last finite loss, the
+    learning rate, the latest checkpoint and what to try.
+
+    Why a hook that reads the logged value: mmdet's ``CheckInvalidLossHook``
+    checks only every ``interval`` iterations and calls ``torch.isfinite``
+    on the device tensor, a host sync of its own; checking inside the
+    ``OptimWrapper`` before ``step()`` would also need a host sync (the
+    decision to skip the step is taken on the host), which is what AMP's
+    loss scaler pays. mmengine's ``RuntimeInfoHook`` (priority VERY_HIGH)
+    already moves every logged loss to the host in every iteration
+    (``MessageHub.update_scalar`` calls ``Tensor.item()``). This hook
+    (priority HIGH, so after it) reads those Python floats from the message
+    hub: it adds no host-device synchronisation and no kernel launch.
+
+    Order of events: the check runs after the optimizer step of the
+    iteration (detecting earlier is not free, see above), so the weights in
+    memory may already be non-finite; the hook raises before
+    ``CheckpointHook`` (priority VERY_LOW) of that iteration or epoch, so
+    they are never saved and ``last_checkpoint`` keeps naming the previous
+    (finite) checkpoint. mmengine's Runner writes nothing on an exception.
+
+    A finite loss does not prove finite weights (gradients can overflow
+    while the loss does not): before every checkpoint a ``CheckpointHook``
+    is about to write (by epoch or by iteration), and again in
+    ``before_save_checkpoint`` for any other save, the model's floating
+    point parameters and buffers are checked, with one host sync per
+    checkpoint, and a non-finite one stops the run before the file is
+    written.
+
+    In a distributed run every rank checks its own loss (mmengine 0.10.7
+    does not average logged losses across ranks); the rank that sees a
+    non-finite value raises and the launcher (torchrun, slurm) stops the
+    others. Gradient accumulation and AMP are handled alike: under AMP the
+    loss scaler skips steps whose gradients overflow, but a non-finite
+    *loss* still stops the run.
+
+    Args:
+        check_weights_before_save (bool): Whether to check the model state
+            for non-finite values before each checkpoint. Defaults to True.
+    """
+
+    priority = 'HIGH'  # after RuntimeInfoHook, before CheckpointHook
+
+    def __init__(self, check_weights_before_save: bool = True) -> None:
+        self.check_weights_before_save = check_weights_before_save
+        self.last_finite_loss: Optional[float] = None
+        self.last_finite_iter: Optional[int] = None
+        self._verified_iter: Optional[int] = None
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch=None,
+                         outputs: Optional[Dict] = None) -> None:
+        if outputs:
+            values = self._logged_losses(runner, outputs)
+            bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+            if bad:
+                raise NonFiniteLossError(
+                    self._loss_message(runner, batch_idx, bad))
+            if 'loss' in values:
+                self.last_finite_loss = values['loss']
+                self.last_finite_iter = runner.iter + 1
+        if self.check_weights_before_save and self._checkpoint_due(
+                runner, by_epoch=False):
+            self._check_weights(runner, self._model_state(runner),
+                                self._where(runner, batch_idx))
+            self._verified_iter = runner.iter
+
+    def after_train_epoch(self, runner: Runner) -> None:
+        # Checked here, before CheckpointHook runs: it deletes the oldest
+        # kept checkpoint before it saves (max_keep_ckpts), which a refusal
+        # in before_save_checkpoint would come too late to prevent.
+        if self.check_weights_before_save and self._checkpoint_due(
+                runner, by_epoch=True):
+            # runner.iter counts the epoch's last iteration by now
+            self._check_weights(
+                runner, self._model_state(runner),
+                f'iteration {runner.iter} (end of epoch {runner.epoch + 1})')
+            self._verified_iter = runner.iter
+
+    def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        # The last line of defence, for saves no CheckpointHook announced
+        # (e.g. save_best, a direct runner.save_checkpoint); skipped once
+        # for the save just checked above.
+        verified, self._verified_iter = self._verified_iter, None
+        if self.check_weights_before_save and verified != runner.iter:
+            self._check_weights(runner, checkpoint.get('state_dict', {}),
+                                f'iteration {runner.iter}')
+
+    @staticmethod
+    def _logged_losses(runner: Runner, outputs: Dict) -> Dict[str, float]:
+        """The loss terms of this iteration as Python floats.
+
+        Read from the message hub, where RuntimeInfoHook has just stored
+        them with ``.item()`` (no new host sync). Only without a
+        RuntimeInfoHook is the output tensor read here (one sync).
+        """
+        hub = runner.message_hub
+        values = {}
+        for key, value in outputs.items():
+            if 'loss' not in key:
+                continue
+            logged = hub.get_scalar(f'train/{key}') \
+                if f'train/{key}' in hub.log_scalars else None
+            values[key] = float(
+                logged.current() if logged is not None else value)
+        return values
+
+    def _loss_message(self, runner: Runner, batch_idx: int,
+                      bad: Dict[str, float]) -> str:
+        where = self._where(runner, batch_idx)
+        terms = ', '.join(f'{k}={v}' for k, v in bad.items())
+        if self.last_finite_loss is None:
+            last = 'no finite loss was logged before (it diverged at once)'
+        else:
+            last = (f'the last finite loss was {self.last_finite_loss:.6g} '
+                    f'at iteration {self.last_finite_iter} (its own value, '
+                    "not the log's running mean)")
+        return (f'NonFiniteLossHook: training diverged: {terms} at {where}; '
+                f'{last}; {self._lr(runner)}. The run is stopped before '
+                f'any checkpoint of these weights is written; '
+                f'{self._latest_checkpoint(runner)}. {ADVICE}')
+
+    @staticmethod
+    def _where(runner: Runner, batch_idx: Optional[int] = None) -> str:
+        """'iteration N' (1-based, as the log), with the epoch and batch in
+        an epoch-based loop."""
+        where = f'iteration {runner.iter + 1}'
+        if batch_idx is not None and \
+                type(runner.train_loop).__name__ != 'IterBasedTrainLoop':
+            where += (f' (epoch {runner.epoch + 1}, batch {batch_idx + 1}/'
+                      f'{len(runner.train_dataloader)})')
+        return where
+
+    @staticmethod
+    def _lr(runner: Runner) -> str:
+        """The lr of this iteration (of every param group if they differ);
+        read from the param groups, which hold Python floats."""
+        try:
+            lrs = runner.optim_wrapper.get_lr()
+        except Exception:  # no optimizer: say so rather than fail here
+            return 'unknown'
+        parts = []
+        for name, groups in lrs.items():
+            shown = sorted(set(groups), key=groups.index)
+            parts.append(f'{name} ' + ', '.join(f'{x:.6g}' for x in shown))
+        return '; '.join(parts) or 'unknown'
+
+    @staticmethod
+    def _latest_checkpoint(runner: Runner) -> str:
+        last = runner.message_hub.get_info('last_ckpt')
+        return (f'the latest checkpoint is {last}'
+                if last else 'no checkpoint had been written in this run')
+
+    @staticmethod
+    def _checkpoint_due(runner: Runner, by_epoch: bool) -> bool:
+        """Whether a CheckpointHook saves at the end of this iteration
+        (``by_epoch=False``) or epoch (``by_epoch=True``)."""
+        for hook in runner.hooks:
+            if not isinstance(hook, CheckpointHook) or \
+                    hook.by_epoch != by_epoch:
+                continue
+            if by_epoch:
+                due = hook.every_n_epochs(
+                    runner, hook.interval,
+                    hook.save_begin) or (hook.save_last
+                                         and hook.is_last_train_epoch(runner))
+            else:
+                due = hook.every_n_train_iters(
+                    runner, hook.interval,
+                    hook.save_begin) or (hook.save_last
+                                         and hook.is_last_train_iter(runner))
+            if due:
+                return True
+        return False
+
+    @staticmethod
+    def _model_state(runner: Runner) -> Dict[str, torch.Tensor]:
+        return get_ori_model(runner.model).state_dict()
+
+    def _check_weights(self, runner: Runner, state: Dict[str, torch.Tensor],
+                       where: str) -> None:
+        """Raise if a floating-point tensor of ``state`` is not finite (one
+        host sync for all tensors)."""
+        names: List[str] = []
+        flags: List[torch.Tensor] = []
+        for name, tensor in state.items():
+            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                names.append(name)
+                flags.append(torch.isfinite(tensor).all())
+        if not flags:
+            return
+        device = flags[0].device
+        ok: Sequence[bool] = torch.stack([f.to(device)
+                                          for f in flags]).tolist()
+        bad = [n for n, good in zip(names, ok) if not good]
+        if bad:
+            shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more'
+                                          if len(bad) > 5 else '')
+            loss = '' if self.last_finite_loss is None else \
+                f' ({self.last_finite_loss:.6g})'
+            raise NonFiniteLossError(
+                f'NonFiniteLossHook: the model holds non-finite values '
+                f'after {where} ({shown}) although the logged loss was '
+                f'finite{loss}, e.g. the gradients overflowed; '
+                f'{self._lr(runner)}. The run is stopped before the '
+                f'checkpoint is written; {self._latest_checkpoint(runner)}. '
+                f'{ADVICE}')

@@ -1,0 +1,216 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Setup mismatches that need the dataloader or the number of GPUs, caught
+in before_train: before any image is loaded."""
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+import mocoplug.engine.hooks.moco_config_check_hook as check_hook
+from mocoplug.datasets import DigitsDataset
+from mocoplug.engine.hooks import MoCoConfigCheckHook
+from mocoplug.models import MoCoV3
+from mocoplug.registry import DATASETS
+from ...configs.conftest import config_path
+
+CHECK = dict(type='MoCoConfigCheckHook')
+
+
+@pytest.fixture
+def loaded(monkeypatch):
+    """The indices of every image the dataset prepared."""
+    calls = []
+    original = DigitsDataset.prepare_data
+
+    def record(self, idx):
+        calls.append(idx)
+        return original(self, idx)
+
+    monkeypatch.setattr(DigitsDataset, 'prepare_data', record)
+    return calls
+
+
+def run(cfg):
+    cfg.default_hooks.moco_config_check = CHECK
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+def test_on_by_default_and_a_good_setup_passes(tiny_moco_runner_cfg, tmp_path,
+                                               loaded):
+    cfg = Config.fromfile(
+        config_path('mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py'))
+    assert cfg.default_hooks.moco_config_check == CHECK
+    runner = run(tiny_moco_runner_cfg(tmp_path, max_iters=1))
+    assert any(isinstance(h, MoCoConfigCheckHook) for h in runner.hooks)
+    assert runner.iter == 1 and len(loaded) == 8
+
+
+def test_num_splits_larger_than_the_batch(tiny_moco_runner_cfg, tmp_path,
+                                          loaded):
+    cfg = tiny_moco_runner_cfg(tmp_path)
+    cfg.model.num_splits = 16  # batch_size is 8
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        "MoCo: shuffle_bn='split' normalises every batch in "
+        'model.num_splits=16 slices, but train_dataloader.batch_size=8 '
+        '(images per GPU/process) is smaller: set model.num_splits to at '
+        'most 8 (ideally a divisor of the batch size) or raise the batch '
+        'size.')
+    assert loaded == []  # before any data was loaded
+
+
+def test_short_last_batch_without_drop_last(tiny_moco_runner_cfg, tmp_path,
+                                            loaded):
+    cfg = tiny_moco_runner_cfg(tmp_path)
+    cfg.model.num_splits = 4
+    cfg.train_dataloader.dataset.indices = 27  # 3 batches of 8 + 3 images
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    msg = str(err.value)
+    assert 'the last batch of every pass over the data holds 3 images per ' \
+        'process (27 % batch_size 8)' in msg
+    assert '(model.num_splits=4)' in msg
+    assert 'set train_dataloader.drop_last=True' in msg
+    assert loaded == []
+    # the same with drop_last: trains
+    cfg = tiny_moco_runner_cfg(tmp_path / 'b', max_iters=1)
+    cfg.model.num_splits = 4
+    cfg.train_dataloader.dataset.indices = 27
+    cfg.train_dataloader.drop_last = True
+    assert run(cfg).iter == 1
+
+
+def test_uneven_batch_is_a_warning(tiny_moco_runner_cfg, monkeypatch):
+    logged = []
+    monkeypatch.setattr(check_hook, 'print_log',
+                        lambda msg, **kw: logged.append((msg, kw['level'])))
+    model = type('M', (), dict(shuffle_bn='split', num_splits=3))()
+    loader = torch.utils.data.DataLoader(list(range(16)), batch_size=8)
+    check_hook.check_split_batch(model, loader)  # 16 % 8 == 0: no error
+    assert logged == [
+        ("MoCo: shuffle_bn='split' with train_dataloader.batch_size=8 and "
+         'model.num_splits=3: the slices are unequal and normalised one by '
+         'one (slower); a num_splits that divides the batch size avoids it.',
+         30)
+    ]
+
+
+def exclude_cfg(tiny_moco_runner_cfg, work_dir):
+    cfg = tiny_moco_runner_cfg(work_dir, max_iters=1)
+    cfg.model.queue.exclude_same_instance = True
+    return cfg
+
+
+def test_exclude_same_instance_with_packinputs_without_sample_idx(
+        tiny_moco_runner_cfg, tmp_path, loaded):
+    cfg = exclude_cfg(tiny_moco_runner_cfg, tmp_path)
+    cfg.train_dataloader.dataset.pipeline[-1] = dict(
+        type='PackInputs', meta_keys=('img_shape', ))
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        "model.queue.exclude_same_instance=True needs 'sample_idx' in every "
+        "data sample, but the train pipeline packs meta_keys=('img_shape',):"
+        " add 'sample_idx' to PackInputs' meta_keys in "
+        "train_dataloader.dataset.pipeline (it is in mmpretrain's default "
+        'meta_keys) or set exclude_same_instance=False.')
+    assert loaded == []
+    # mmpretrain's default meta_keys keep it: trains
+    assert run(exclude_cfg(tiny_moco_runner_cfg, tmp_path / 'b')).iter == 1
+
+
+def test_exclude_same_instance_with_a_dataset_without_indices(
+        tiny_moco_runner_cfg, tmp_path, loaded):
+
+    @DATASETS.register_module(force=True)
+    class PlainDigits(torch.utils.data.Dataset):
+        """A torch dataset: no BaseDataset, no sample_idx."""
+
+        def __init__(self, **kwargs):
+            self.inner = DigitsDataset(**kwargs)
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getitem__(self, idx):
+            return self.inner[idx]
+
+    cfg = exclude_cfg(tiny_moco_runner_cfg, tmp_path)
+    cfg.train_dataloader.dataset.type = 'PlainDigits'
+    with pytest.raises(
+            ValueError,
+            match=r'train_dataloader.dataset is a '
+            r'PlainDigits, not derived from mmengine.dataset.'
+            r'BaseDataset: derive it from BaseDataset or set '
+            r'exclude_same_instance=False'):
+        run(cfg)
+    assert loaded == []
+    # two concatenated datasets: both number their images from 0
+    cfg = exclude_cfg(tiny_moco_runner_cfg, tmp_path / 'b')
+    part = cfg.train_dataloader.dataset
+    cfg.train_dataloader.dataset = dict(
+        type='ConcatDataset', datasets=[part, part])
+    with pytest.raises(
+            ValueError,
+            match=r'is a ConcatDataset: each of its '
+            r'datasets numbers its images from 0.*set '
+            r'exclude_same_instance=False'):
+        run(cfg)
+    assert loaded == []
+    # a RepeatDataset maps back to one dataset: fine
+    cfg = exclude_cfg(tiny_moco_runner_cfg, tmp_path / 'c')
+    cfg.train_dataloader.dataset = dict(
+        type='RepeatDataset', dataset=part, times=2)
+    assert run(cfg).iter == 1 and len(loaded) == 8
+
+
+def test_mocov3_without_syncbn_on_several_gpus_warns(monkeypatch):
+    logged = []
+    monkeypatch.setattr(check_hook, 'print_log',
+                        lambda msg, **kw: logged.append((msg, kw['level'])))
+    mlp = dict(
+        type='MoCoProjectionNeck',
+        hid_channels=32,
+        out_channels=16,
+        with_bn=True,
+        with_bias=False)
+    backbone = dict(
+        type='ResNet',
+        depth=18,
+        stem_channels=16,
+        base_channels=16,
+        out_indices=(3, ))
+
+    def v3(norm):
+        return MoCoV3(
+            backbone=dict(backbone, norm_cfg=dict(type=norm)),
+            neck=dict(
+                mlp,
+                in_channels=128,
+                norm_cfg=dict(type=norm +
+                              '1d') if norm == 'BN' else dict(type=norm)),
+            predictor=dict(
+                mlp,
+                in_channels=16,
+                with_avg_pool=False,
+                norm_cfg=dict(type=norm +
+                              '1d') if norm == 'BN' else dict(type=norm)),
+            head=dict(type='InfoNCEHead', temperature=1.0))
+
+    plain = v3('BN')
+    assert check_hook.warn_without_sync_bn(plain, world_size=1) == []
+    names = check_hook.warn_without_sync_bn(plain, world_size=8)
+    assert names[:2] == ['backbone.bn1', 'backbone.layer1.0.bn1']
+    assert len(names) == 20 + 1 + 1  # ResNet-18 + neck + predictor BNs
+    msg, level = logged[0]
+    assert level == 30 and msg.startswith(
+        'MoCoV3 trains on 8 GPUs/processes with 22 BatchNorm layers that '
+        'are not synchronised (backbone.bn1, backbone.layer1.0.bn1, '
+        'backbone.layer1.0.bn2 and 19 more)')
+    assert "norm_cfg=dict(type='SyncBN')" in msg and "sync_bn='torch'" in msg
+    logged.clear()
+    assert check_hook.warn_without_sync_bn(v3('SyncBN'), world_size=8) == []
+    assert logged == []
