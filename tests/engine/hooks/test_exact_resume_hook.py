@@ -1,0 +1,160 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Exact resume: N iterations uninterrupted against N/2 + resume + N/2, on
+the digits config (scaled down) built the way tools/train.py builds it."""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+from mocoplug.registry import HOOKS
+
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+CONFIG = os.path.join(ROOT, 'configs',
+                      'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+BATCH = 8
+ITERS_PER_EPOCH = 2  # 16 images
+
+
+@HOOKS.register_module(force=True)
+class DrawRandomNumbersHook(Hook):
+    """Draws from every generator after the checkpoint is written, as a
+    visualisation or logging hook might: the uninterrupted run draws here,
+    the resumed run never saw these points."""
+
+    priority = 'LOWEST'
+
+    def _draw(self):
+        torch.rand(3)
+        np.random.rand(3)
+        random.random()
+
+    def after_train_epoch(self, runner):
+        self._draw()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        if (runner.iter + 1) % 3 == 0:
+            self._draw()
+
+
+def build_cfg(load_tool, work_dir, workers, persistent, iter_based,
+              resume_from=None, hook=True):
+    train = load_tool('train')
+    argv = [CONFIG, '--work-dir', str(work_dir)]
+    if resume_from is not None:
+        argv += ['--resume', str(resume_from)]
+    cfg = train.merge_args(Config.fromfile(CONFIG), train.parse_args(argv))
+    cfg.log_level = 'WARNING'
+    cfg.randomness = dict(seed=0, deterministic=True)
+    loader = cfg.train_dataloader
+    loader.batch_size = BATCH
+    loader.num_workers = workers
+    loader.persistent_workers = persistent
+    loader.dataset.indices = BATCH * ITERS_PER_EPOCH
+    views = loader.dataset.pipeline[0].transforms[0]
+    assert views[0].type == 'RandomResizedCrop'
+    views[0].scale = 16  # 16 px crops: 4x less compute than 32
+    cfg.model.queue.size = 36  # not a multiple of the batch: wrap-around
+    # the momentum update, and a hook that draws after each checkpoint (the
+    # kNN monitor is left out for speed; it runs before the snapshot)
+    assert cfg.custom_hooks[0].type == 'MomentumUpdateHook'
+    cfg.custom_hooks = [
+        cfg.custom_hooks[0], dict(type='DrawRandomNumbersHook')
+    ]
+    if iter_based:
+        loader.sampler = dict(type='InfiniteSampler', shuffle=True)
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=8)
+        cfg.param_scheduler = [
+            dict(type='CosineAnnealingLR', T_max=8, by_epoch=False)
+        ]
+        cfg.default_hooks.checkpoint = dict(
+            type='CheckpointHook', interval=3, by_epoch=False)
+    else:
+        cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=4)
+        cfg.param_scheduler = [
+            dict(type='CosineAnnealingLR', T_max=4, by_epoch=True)
+        ]
+        cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2)
+    if not hook:
+        cfg.default_hooks.exact_resume = None
+    return cfg
+
+
+def run(cfg):
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+def losses(runner):
+    return runner.message_hub.get_scalar('train/loss').data[0]
+
+
+def tensors(path):
+    """Every tensor of a checkpoint's model and optimizer state."""
+    ckpt = torch.load(path, map_location='cpu', weights_only=False)
+    out = {f'model/{k}': v for k, v in ckpt['state_dict'].items()}
+    for pid, state in ckpt['optimizer']['state'].items():
+        for name, value in state.items():
+            if torch.is_tensor(value):
+                out[f'optimizer/{pid}/{name}'] = value
+    return out
+
+
+def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
+    """Train uninterrupted and resumed; return both loss histories and the
+    max abs difference per tensor of the final checkpoints."""
+    opts = dict(
+        workers=workers, persistent=persistent, iter_based=iter_based,
+        hook=hook)
+    full = run(build_cfg(load_tool, tmp_path / 'full', **opts))
+    if iter_based:
+        middle, last = 'iter_3.pth', 'iter_8.pth'
+    else:
+        middle, last = 'epoch_2.pth', 'epoch_4.pth'
+    resumed = run(
+        build_cfg(
+            load_tool,
+            tmp_path / 'resumed',
+            resume_from=tmp_path / 'full' / middle,
+            **opts))
+    a = tensors(tmp_path / 'full' / last)
+    b = tensors(tmp_path / 'resumed' / last)
+    assert a.keys() == b.keys()
+    diffs = {
+        k: (a[k].double() - b[k].double()).abs().max().item()
+        if a[k].numel() else 0.0
+        for k in a
+    }
+    equal = all(torch.equal(a[k], b[k]) for k in a)
+    return losses(full), losses(resumed), diffs, equal
+
+
+@pytest.mark.parametrize(
+    'workers,persistent,iter_based',
+    [(0, False, False), (2, False, False), (2, True, False),
+     (0, False, True), (2, True, True)],
+    ids=[
+        'epoch-workers0', 'epoch-workers2', 'epoch-workers2-persistent',
+        'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
+    ])
+def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
+                                 iter_based):
+    full, resumed, diffs, equal = compare(load_tool, tmp_path, workers,
+                                          persistent, iter_based)
+    n = 8 if iter_based else 4 * ITERS_PER_EPOCH
+    assert len(full) == len(resumed) == n
+    assert np.array_equal(full, resumed), (full, resumed)
+    assert max(diffs.values()) == 0, {k: v for k, v in diffs.items() if v}
+    assert equal
+    # the key encoder, the queue and its pointer are among the tensors
+    assert {'model/queue.keys', 'model/queue.ptr',
+            'model/momentum_encoder.backbone.conv1.weight'} <= {
+                k for k in diffs}
