@@ -64,7 +64,9 @@ class ReseedWorkerPerEpoch(BaseTransform):
         epoch = int(self.epoch)
         if epoch != self._seeded_epoch:
             # epoch + 1: -1 (never announced) must stay a valid entropy word
-            entropy = [self.seed & (2**64 - 1), epoch + 1, self.rank, worker.id]
+            entropy = [
+                self.seed & (2**64 - 1), epoch + 1, self.rank, worker.id
+            ]
             words = np.random.SeedSequence(entropy).generate_state(4)
             random.seed(int.from_bytes(words.tobytes(), 'little'))
             np.random.seed(words)

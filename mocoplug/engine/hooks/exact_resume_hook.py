@@ -71,7 +71,8 @@ from mocoplug.utils.random_state import get_random_state, set_random_state
 
 STATE_KEY = 'resume_state'
 STATE_VERSION = 1
-NOT_EXACT = 'the continuation will not be bit-identical to an uninterrupted run'
+NOT_EXACT = ('the continuation will not be bit-identical to an '
+             'uninterrupted run')
 
 
 class _ApplyBeforeNext:
@@ -165,15 +166,15 @@ class ExactResumeHook(Hook):
             if not isinstance(hook, CheckpointHook) or \
                     hook.by_epoch != by_epoch:
                 continue
-            if by_epoch and (hook.every_n_epochs(
-                    runner, hook.interval, hook.save_begin) or
-                             (hook.save_last
-                              and hook.is_last_train_epoch(runner))):
-                return True
-            if not by_epoch and (hook.every_n_train_iters(
-                    runner, hook.interval, hook.save_begin) or
-                                 (hook.save_last
-                                  and hook.is_last_train_iter(runner))):
+            if by_epoch:
+                periodic = hook.every_n_epochs(runner, hook.interval,
+                                               hook.save_begin)
+                last = hook.is_last_train_epoch(runner)
+            else:
+                periodic = hook.every_n_train_iters(runner, hook.interval,
+                                                    hook.save_begin)
+                last = hook.is_last_train_iter(runner)
+            if periodic or (hook.save_last and last):
                 return True
         return False
 
@@ -252,8 +253,9 @@ class ExactResumeHook(Hook):
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         meta = checkpoint.get('meta', {})
         snapshot = self._snapshot
-        if snapshot is None or (snapshot['epoch'], snapshot['iter']) != (
-                meta.get('epoch'), meta.get('iter')):
+        position = (meta.get('epoch'), meta.get('iter'))
+        if snapshot is None or \
+                (snapshot['epoch'], snapshot['iter']) != position:
             # saved elsewhere (mid-epoch, or by another hook): this state
             # is only the saving rank's, taken now
             snapshot = dict(
@@ -310,9 +312,9 @@ class ExactResumeHook(Hook):
         if mode == 'other':
             problems.append(f'{type(loop).__name__} is not supported (only '
                             'EpochBasedTrainLoop and IterBasedTrainLoop)')
-        if state['loop'] == 'other' or (mode != 'other' and not state[
-                'loop'].startswith(mode)):
-            problems.append(f'the checkpoint was written by a {state["loop"]}'
+        saved_mode = state['loop'].split('-')[0]  # 'epoch-workers'
+        if mode != 'other' and saved_mode != mode:
+            problems.append(f'the checkpoint was written by a {saved_mode}'
                             f'-based loop, this run is {mode}-based')
         if not state['exact']:
             problems.append(

@@ -14,10 +14,10 @@ from mmengine.runner import Runner
 from mocoplug.registry import HOOKS
 
 ROOT = os.path.dirname(
-    os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
-CONFIG = os.path.join(ROOT, 'configs',
-                      'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+CONFIG = os.path.join(
+    ROOT, 'configs', 'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
 BATCH = 8
 ITERS_PER_EPOCH = 2  # 16 images
 
@@ -38,14 +38,22 @@ class DrawRandomNumbersHook(Hook):
     def after_train_epoch(self, runner):
         self._draw()
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None):
         if (runner.iter + 1) % 3 == 0:
             self._draw()
 
 
-def build_cfg(load_tool, work_dir, workers, persistent, iter_based,
-              resume_from=None, hook=True):
+def build_cfg(load_tool,
+              work_dir,
+              workers,
+              persistent,
+              iter_based,
+              resume_from=None,
+              hook=True):
     train = load_tool('train')
     argv = [CONFIG, '--work-dir', str(work_dir)]
     if resume_from is not None:
@@ -66,7 +74,8 @@ def build_cfg(load_tool, work_dir, workers, persistent, iter_based,
     # kNN monitor is left out for speed; it runs before the snapshot)
     assert cfg.custom_hooks[0].type == 'MomentumUpdateHook'
     cfg.custom_hooks = [
-        cfg.custom_hooks[0], dict(type='DrawRandomNumbersHook')
+        cfg.custom_hooks[0],
+        dict(type='DrawRandomNumbersHook')
     ]
     if iter_based:
         loader.sampler = dict(type='InfiniteSampler', shuffle=True)
@@ -82,8 +91,8 @@ def build_cfg(load_tool, work_dir, workers, persistent, iter_based,
             dict(type='CosineAnnealingLR', T_max=4, by_epoch=True)
         ]
         cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2)
-    if not hook:
-        cfg.default_hooks.exact_resume = None
+    if not hook:  # (mmengine refuses None for a non-default hook name)
+        cfg.default_hooks.pop('exact_resume')
     return cfg
 
 
@@ -112,7 +121,9 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
     """Train uninterrupted and resumed; return both loss histories and the
     max abs difference per tensor of the final checkpoints."""
     opts = dict(
-        workers=workers, persistent=persistent, iter_based=iter_based,
+        workers=workers,
+        persistent=persistent,
+        iter_based=iter_based,
         hook=hook)
     full = run(build_cfg(load_tool, tmp_path / 'full', **opts))
     if iter_based:
@@ -129,8 +140,8 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
     b = tensors(tmp_path / 'resumed' / last)
     assert a.keys() == b.keys()
     diffs = {
-        k: (a[k].double() - b[k].double()).abs().max().item()
-        if a[k].numel() else 0.0
+        k: (a[k].double() -
+            b[k].double()).abs().max().item() if a[k].numel() else 0.0
         for k in a
     }
     equal = all(torch.equal(a[k], b[k]) for k in a)
@@ -138,9 +149,9 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
 
 
 @pytest.mark.parametrize(
-    'workers,persistent,iter_based',
-    [(0, False, False), (2, False, False), (2, True, False),
-     (0, False, True), (2, True, True)],
+    'workers,persistent,iter_based', [(0, False, False), (2, False, False),
+                                      (2, True, False), (0, False, True),
+                                      (2, True, True)],
     ids=[
         'epoch-workers0', 'epoch-workers2', 'epoch-workers2-persistent',
         'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
@@ -155,6 +166,81 @@ def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
     assert max(diffs.values()) == 0, {k: v for k, v in diffs.items() if v}
     assert equal
     # the key encoder, the queue and its pointer are among the tensors
-    assert {'model/queue.keys', 'model/queue.ptr',
-            'model/momentum_encoder.backbone.conv1.weight'} <= {
-                k for k in diffs}
+    assert {
+        'model/queue.keys', 'model/queue.ptr',
+        'model/momentum_encoder.backbone.conv1.weight'
+    } <= {k
+          for k in diffs}
+
+
+@pytest.fixture
+def warnings_logged(monkeypatch):
+    """What ExactResumeHook logs at WARNING level."""
+    import mocoplug.engine.hooks.exact_resume_hook as module
+    logged = []
+
+    def record(msg, logger=None, level=20):
+        if level >= 30:
+            logged.append(msg)
+
+    monkeypatch.setattr(module, 'print_log', record)
+    return logged
+
+
+def toy_cfg(tiny_runner_cfg, work_dir, hook=True, **overrides):
+    cfg = tiny_runner_cfg(work_dir, **overrides)
+    if hook:
+        cfg.default_hooks.exact_resume = dict(type='ExactResumeHook')
+    return cfg
+
+
+def test_checkpoint_without_random_state_warns(tmp_path, tiny_runner_cfg,
+                                               warnings_logged):
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'old', hook=False))
+    ckpt = torch.load(
+        tmp_path / 'old' / 'iter_2.pth',
+        map_location='cpu',
+        weights_only=False)
+    assert 'resume_state' not in ckpt
+    run(
+        toy_cfg(
+            tiny_runner_cfg,
+            tmp_path / 'new',
+            resume=True,
+            load_from=str(tmp_path / 'old' / 'iter_2.pth')))
+    assert len(warnings_logged) == 1
+    assert 'carries no random state' in warnings_logged[0]
+    assert 'will not be bit-identical' in warnings_logged[0]
+
+
+def test_mid_epoch_checkpoint_of_an_epoch_loop_warns(tmp_path, tiny_runner_cfg,
+                                                     warnings_logged):
+    # 16 samples, batch 4: 4 iterations per epoch; iter_6 is mid-epoch
+    epoch_loop = dict(by_epoch=True, max_epochs=2)
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a', train_cfg=epoch_loop))
+    ckpt = torch.load(
+        tmp_path / 'a' / 'iter_6.pth', map_location='cpu', weights_only=False)
+    assert ckpt['resume_state']['exact'] is False
+    run(
+        toy_cfg(
+            tiny_runner_cfg,
+            tmp_path / 'b',
+            train_cfg=epoch_loop,
+            resume=True,
+            load_from=str(tmp_path / 'a' / 'iter_6.pth')))
+    assert len(warnings_logged) == 1
+    assert 'not taken at an epoch end' in warnings_logged[0]
+
+
+def test_other_worker_count_warns_and_load_from_is_ignored(
+        tmp_path, tiny_runner_cfg, warnings_logged):
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    cfg = toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt)
+    cfg.train_dataloader.num_workers = 1
+    run(cfg)
+    assert len(warnings_logged) == 1
+    assert 'num_workers=0, this run has 1' in warnings_logged[0]
+    # load_from without resume (fine-tuning): nothing to resume, no warning
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'c', load_from=ckpt))
+    assert len(warnings_logged) == 1
