@@ -14,6 +14,7 @@ the slope is at most ``--max-slope`` MiB per 100 iterations.
         --cfg-options train_dataloader.num_workers=2
 """
 import argparse
+import json
 import math
 import os
 import os.path as osp
@@ -149,6 +150,14 @@ def main(argv=None) -> float:
           f'{max(r for _, r in samples) / MIB:.1f} MiB')
     print(f'slope after warm-up: {slope:+.3f} MiB per 100 iterations '
           '(least squares)')
+    marks = sorted({i
+                    for i in range(0, samples[-1][0] + 1, 100)} & set(by_iter)
+                   | {samples[-1][0]})
+    print('RSS by iteration (MiB): ' + ', '.join(f'{i}: {by_iter[i] / MIB:.1f}'
+                                                 for i in marks))
+    with open(osp.join(work_dir, 'rss.json'), 'w') as f:
+        json.dump(dict(start=recorder.start_rss, samples=samples), f)
+    print(f'per-iteration RSS: {osp.join(work_dir, "rss.json")}')
     verdict = 'FLAT' if slope <= args.max_slope else 'GROWING'
     print(f'verdict: {verdict} (threshold {args.max_slope} MiB per 100 '
           'iterations)')
