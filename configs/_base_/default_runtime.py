@@ -8,6 +8,9 @@ custom_imports = dict(imports=['mocoplug'], allow_failed_imports=False)
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
+    # exact_resume: checkpoints carry the random state, so `--resume`
+    # continues bit-identically (mocoplug/engine/hooks/exact_resume_hook.py).
+    exact_resume=dict(type='ExactResumeHook'),
     # embedding std, alignment/uniformity, pos/neg similarity, queue age,
     # key-query distance on the logged iterations; warns on collapse. Does
     # nothing for models without a momentum encoder (linear benchmarks).

@@ -1,4 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+from .exact_resume_hook import ExactResumeHook
 from .knn_monitor_hook import KNNMonitorHook
 from .moco_config_check_hook import MoCoConfigCheckHook
 from .momentum_update_hook import MomentumUpdateHook
@@ -6,6 +7,7 @@ from .non_finite_loss_hook import NonFiniteLossError, NonFiniteLossHook
 from .representation_health_hook import RepresentationHealthHook
 
 __all__ = [
-    'KNNMonitorHook', 'MoCoConfigCheckHook', 'MomentumUpdateHook',
-    'NonFiniteLossError', 'NonFiniteLossHook', 'RepresentationHealthHook'
+    'ExactResumeHook', 'KNNMonitorHook', 'MoCoConfigCheckHook',
+    'MomentumUpdateHook', 'NonFiniteLossError', 'NonFiniteLossHook',
+    'RepresentationHealthHook'
 ]

@@ -1,0 +1,79 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import random
+from typing import Optional
+
+import numpy as np
+import torch
+from mmcv.transforms import BaseTransform
+from torch.utils.data import get_worker_info
+
+from mocoplug.registry import TRANSFORMS
+
+
+@TRANSFORMS.register_module()
+class ReseedWorkerPerEpoch(BaseTransform):
+    """Re-seed a dataloader worker's random generators at each new epoch.
+
+    A no-op on the data; placed at the head of the training pipeline by
+    :class:`~mocoplug.engine.hooks.ExactResumeHook` when the dataloader has
+    workers. In a worker, the first sample of every epoch re-seeds Python's
+    ``random``, NumPy's global generator and torch's CPU generator from
+    ``(seed, epoch, rank, worker id)``; in the main process
+    (``num_workers=0``) it does nothing.
+
+    Why: with ``persistent_workers=True`` (mmpretrain's dataset bases, and
+    ``tools/train.py``'s default) a worker is seeded once, by mmengine's
+    ``worker_init_fn``, and its generators run on across epochs; a resumed
+    run starts new workers, so its augmentations after the resume could not
+    match those of the uninterrupted run. Seeding per epoch makes the
+    augmentations of epoch ``e`` a function of the seed, ``e`` and the
+    sample order alone, the same with persistent or fresh workers, after a
+    resume or not. (mmengine seeds fresh workers identically every epoch; the
+    epoch in the seed also gives each epoch its own streams.)
+
+    The epoch is read from a shared-memory tensor that the hook updates in
+    the main process before the epoch's first batch is requested, so workers
+    that live across epochs see it.
+
+    Args:
+        seed (int): Base seed (the runner's seed). Defaults to 0.
+        rank (int): Rank of this process. Defaults to 0.
+        epoch (torch.Tensor, optional): A shared-memory int64 scalar holding
+            the current epoch; by default a new one holding -1.
+    """
+
+    def __init__(self,
+                 seed: int = 0,
+                 rank: int = 0,
+                 epoch: Optional[torch.Tensor] = None) -> None:
+        self.seed = int(seed)
+        self.rank = int(rank)
+        if epoch is None:
+            epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
+        self.epoch = epoch
+        self._seeded_epoch: Optional[int] = None  # per process (worker)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Announce a new epoch (main process, before its first batch)."""
+        self.epoch.fill_(int(epoch))
+
+    def transform(self, results: dict) -> dict:
+        worker = get_worker_info()
+        if worker is None:
+            return results
+        epoch = int(self.epoch)
+        if epoch != self._seeded_epoch:
+            # epoch + 1: -1 (never announced) must stay a valid entropy word
+            entropy = [
+                self.seed & (2**64 - 1), epoch + 1, self.rank, worker.id
+            ]
+            words = np.random.SeedSequence(entropy).generate_state(4)
+            random.seed(int.from_bytes(words.tobytes(), 'little'))
+            np.random.seed(words)
+            torch.manual_seed(int(words[0]) | (int(words[1]) << 32))
+            self._seeded_epoch = epoch
+        return results
+
+    def __repr__(self) -> str:
+        return (f'{self.__class__.__name__}(seed={self.seed}, '
+                f'rank={self.rank})')

@@ -1,0 +1,343 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Make ``--resume`` continue bit-identically to an uninterrupted run.
+
+mmengine 0.10.7 restores the model (MoCo's queue, pointer, ids and key
+encoder are buffers and parameters), the optimizer, the parameter schedulers
+and the message hub, and re-seeds from the checkpoint's seed; the momentum
+schedule follows ``runner.iter``. It does not restore the random streams:
+augmentations, MoCo's SplitBN key shuffle (``torch.randperm``) and anything
+else drawn after the resume differ from the uninterrupted run.
+
+What draws random numbers between a checkpoint and the next training step
+(read from mmengine 0.10.7 and torch):
+
+- uninterrupted run: the hooks after the checkpoint in ``after_train_epoch``
+  / ``after_train_iter``, the validation loop, and creating the epoch's
+  dataloader iterator (one torch draw for its base seed; with
+  ``persistent_workers`` only the first epoch creates one, later epochs
+  reset it without drawing); with ``num_workers=0`` the first batch is then
+  augmented in the main process;
+- resumed run: everything of ``Runner.train`` before the loop (mmengine
+  re-seeds in ``resume`` when the seeds differ), ``before_train`` hooks,
+  creating the iterator (always a draw), and with ``IterBasedTrainLoop``
+  mmengine skips the iterations already done by *loading* them again
+  (``IterBasedTrainLoop.run``), augmentations included.
+
+So a snapshot restored "on resume" would be consumed differently by the two
+runs. Instead this hook takes the snapshot at a fixed point (the end of the
+epoch, or the iteration whose checkpoint is being saved, after every hook of
+priority LOW such as ``KNNMonitorHook`` and before ``CheckpointHook``), and
+applies it, in the uninterrupted run *and* in the resumed one, at the same
+later point: just before the next batch is loaded (``num_workers=0``), or
+just before the next training step (workers load the data, so the main
+process's draws for the iterator do not matter).
+
+Dataloader workers: mmengine's sampler order is a function of (seed, epoch)
+and its ``worker_init_fn`` seeds each new worker from (seed, rank, worker
+id). Persistent workers keep their generators across epochs, which a
+resumed run cannot reproduce; the hook puts
+:class:`~mocoplug.datasets.transforms.ReseedWorkerPerEpoch` at the head of
+the training pipeline so every worker re-seeds from (seed, epoch, rank,
+worker id) at each epoch, persistent or not. (Seeding every sample from
+(seed, epoch, index) would also work but needs the epoch inside each
+sample's index or a dataset wrapper in every config; per-epoch re-seeding
+is one cheap step per worker and epoch and needs no config change.) With
+``IterBasedTrainLoop`` mmengine replays the skipped batches through the
+same kind of workers, which reproduces their generators exactly, so the
+pipeline is left as it is.
+
+Exact under these conditions (tested on CPU in
+tests/engine/hooks/test_exact_resume_hook.py): a checkpoint taken at an
+epoch end (``EpochBasedTrainLoop``) or at any iteration
+(``IterBasedTrainLoop``), ``num_workers`` 0 or more, persistent workers or
+not, the same number of processes and workers as the saved run; on GPU also
+deterministic kernels (``randomness=dict(deterministic=True)``, i.e. cudnn
+deterministic), as for any bit-identical rerun. Not exact, with a warning at
+resume: checkpoints without this state (older ones), a checkpoint taken
+mid-epoch under ``EpochBasedTrainLoop`` (mmengine restarts that epoch from
+its first batch), another world size or ``num_workers``, other train loops,
+and a sampler whose seed cannot be restored.
+"""
+from typing import Any, Dict, Iterator, List, Optional
+
+from mmengine.dist import all_gather_object, get_rank, get_world_size
+from mmengine.hooks import CheckpointHook, Hook
+from mmengine.logging import print_log
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
+
+from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
+from mocoplug.registry import HOOKS
+from mocoplug.utils.random_state import get_random_state, set_random_state
+
+STATE_KEY = 'resume_state'
+STATE_VERSION = 1
+NOT_EXACT = ('the continuation will not be bit-identical to an '
+             'uninterrupted run')
+
+
+class _ApplyBeforeNext:
+    """Wraps IterBasedTrainLoop's dataloader iterator: lets mmengine's skip
+    of the iterations already done pass, then applies the hook's pending
+    snapshot before each batch is loaded."""
+
+    def __init__(self, iterator: Iterator, hook: 'ExactResumeHook',
+                 skip: int) -> None:
+        self.iterator = iterator
+        self.hook = hook
+        self.skip = skip
+
+    def __iter__(self) -> '_ApplyBeforeNext':
+        return self
+
+    def __next__(self) -> Any:
+        if self.skip > 0:
+            self.skip -= 1
+        else:
+            self.hook.apply_pending()
+        return next(self.iterator)
+
+
+def _find_pipeline(dataset: Any) -> Optional[list]:
+    """The transform list of a dataset's pipeline, looking through
+    wrappers (``.dataset``); None when there is none or several."""
+    for _ in range(8):
+        pipeline = getattr(dataset, 'pipeline', None)
+        transforms = getattr(pipeline, 'transforms', None)
+        if isinstance(transforms, list):
+            return transforms
+        if not hasattr(dataset, 'dataset'):
+            return None
+        dataset = dataset.dataset
+    return None
+
+
+@HOOKS.register_module()
+class ExactResumeHook(Hook):
+    """Save the random state in checkpoints and restore it on resume so the
+    continuation is bit-identical to an uninterrupted run.
+
+    The checkpoint gets a ``resume_state`` entry (tensors, ints, floats and
+    lists only, so it loads with ``weights_only=True``): per rank, the state
+    of Python's ``random``, NumPy's global generator and torch's CPU and CUDA
+    generators, plus the sampler seed, the loop kind, ``num_workers`` and
+    the world size. See the module docstring for the design and for what is
+    exact under which settings. Enabled in every mocoplug config through
+    ``default_hooks`` in ``configs/_base_/default_runtime.py``.
+    """
+
+    # After every LOW hook (e.g. KNNMonitorHook) and before CheckpointHook
+    # (VERY_LOW = 90) in after_train_epoch/after_train_iter; after
+    # DistSamplerSeedHook (NORMAL) in before_train_epoch.
+    priority = 89
+
+    def __init__(self) -> None:
+        self._pending: Optional[Dict[str, Any]] = None
+        self._snapshot: Optional[Dict[str, Any]] = None
+        self._seeder: Optional[ReseedWorkerPerEpoch] = None
+        self._mode = 'epoch'
+
+    # ---- the two points: take a snapshot, apply it -------------------
+    def apply_pending(self) -> None:
+        """Restore the pending snapshot, if any (both runs)."""
+        if self._pending is None:
+            return
+        missing = set_random_state(self._pending)
+        self._pending = None
+        if missing:
+            print_log(
+                f'ExactResumeHook: could not restore {", ".join(missing)}; '
+                f'{NOT_EXACT}.',
+                logger='current',
+                level=30)
+
+    def _take_snapshot(self, runner: Runner, epoch: int, iteration: int,
+                       gather: bool) -> None:
+        state = get_random_state()
+        self._pending = state
+        ranks = [state]
+        if gather and get_world_size() > 1:
+            ranks = all_gather_object(state)
+        self._snapshot = dict(epoch=epoch, iter=iteration, ranks=ranks)
+
+    def _checkpoint_due(self, runner: Runner, by_epoch: bool) -> bool:
+        """Whether a CheckpointHook saves at this epoch end / iteration
+        (the same test as CheckpointHook's)."""
+        for hook in runner.hooks:
+            if not isinstance(hook, CheckpointHook) or \
+                    hook.by_epoch != by_epoch:
+                continue
+            if by_epoch:
+                periodic = hook.every_n_epochs(runner, hook.interval,
+                                               hook.save_begin)
+                last = hook.is_last_train_epoch(runner)
+            else:
+                periodic = hook.every_n_train_iters(runner, hook.interval,
+                                                    hook.save_begin)
+                last = hook.is_last_train_iter(runner)
+            if periodic or (hook.save_last and last):
+                return True
+        return False
+
+    # ---- training ------------------------------------------------------
+    def before_train(self, runner: Runner) -> None:
+        loop = runner.train_loop
+        if isinstance(loop, IterBasedTrainLoop):
+            self._mode = 'iter'
+        elif isinstance(loop, EpochBasedTrainLoop):
+            workers = getattr(loop.dataloader, 'num_workers', 0)
+            self._mode = 'epoch-workers' if workers > 0 else 'epoch'
+            if workers > 0:
+                self._install_seeder(runner)
+        else:
+            self._mode = 'other'
+
+    def _install_seeder(self, runner: Runner) -> None:
+        loader = runner.train_loop.dataloader
+        transforms = _find_pipeline(loader.dataset)
+        if transforms is None:
+            if getattr(loader, 'persistent_workers', False):
+                print_log(
+                    'ExactResumeHook: the training dataset has no pipeline '
+                    'to re-seed persistent workers per epoch; after a '
+                    f'resume {NOT_EXACT}. Set persistent_workers=False '
+                    '(or --no-persistent-workers) for exact resumes.',
+                    logger='current',
+                    level=30)
+            return
+        if transforms and isinstance(transforms[0], ReseedWorkerPerEpoch):
+            self._seeder = transforms[0]
+        else:
+            self._seeder = ReseedWorkerPerEpoch(
+                seed=runner.seed, rank=get_rank())
+            transforms.insert(0, self._seeder)
+        self._seeder.seed = int(runner.seed)
+
+    def before_train_epoch(self, runner: Runner) -> None:
+        if self._seeder is not None:
+            self._seeder.set_epoch(runner.epoch)
+        if self._mode == 'epoch':
+            self.apply_pending()  # the epoch's first batch is loaded next
+        elif self._mode == 'iter':
+            loop = runner.train_loop
+            loop.dataloader_iterator = _ApplyBeforeNext(
+                loop.dataloader_iterator, self, skip=runner.iter)
+
+    def before_train_iter(self,
+                          runner: Runner,
+                          batch_idx: int,
+                          data_batch: Optional[dict] = None) -> None:
+        if self._mode == 'epoch-workers':
+            self.apply_pending()
+
+    def after_train_iter(self,
+                         runner: Runner,
+                         batch_idx: int,
+                         data_batch: Optional[dict] = None,
+                         outputs: Optional[dict] = None) -> None:
+        if self._mode == 'iter':
+            if self._checkpoint_due(runner, by_epoch=False):
+                self._take_snapshot(
+                    runner, runner.epoch, runner.iter + 1, gather=True)
+
+    def after_train_epoch(self, runner: Runner) -> None:
+        if self._mode in ('epoch', 'epoch-workers'):
+            # every epoch (cheap), so the stream does not depend on the
+            # checkpoint interval; gathered across ranks only when saved
+            self._take_snapshot(
+                runner,
+                runner.epoch + 1,
+                runner.iter,
+                gather=self._checkpoint_due(runner, by_epoch=True))
+
+    # ---- checkpoints ---------------------------------------------------
+    def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        meta = checkpoint.get('meta', {})
+        snapshot = self._snapshot
+        position = (meta.get('epoch'), meta.get('iter'))
+        if snapshot is None or \
+                (snapshot['epoch'], snapshot['iter']) != position:
+            # saved elsewhere (mid-epoch, or by another hook): this state
+            # is only the saving rank's, taken now
+            snapshot = dict(
+                epoch=meta.get('epoch'),
+                iter=meta.get('iter'),
+                ranks=[get_random_state()])
+            exact = False
+        else:
+            exact = len(snapshot['ranks']) == get_world_size()
+        loader = runner.train_loop.dataloader
+        sampler = getattr(loader, 'sampler', None)
+        seed = getattr(sampler, 'seed', None)
+        checkpoint[STATE_KEY] = dict(
+            version=STATE_VERSION,
+            loop=self._mode,
+            exact=exact,
+            epoch=snapshot['epoch'],
+            iter=snapshot['iter'],
+            num_workers=int(getattr(loader, 'num_workers', 0)),
+            world_size=get_world_size(),
+            sampler_seed=None if seed is None else int(seed),
+            ranks=snapshot['ranks'])
+
+    def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        if not getattr(runner, '_resume', False):
+            return  # load_from (fine-tuning, evaluation): nothing to resume
+        problems = self._resume_problems(runner, checkpoint)
+        if problems:
+            print_log(
+                'ExactResumeHook: ' + '; '.join(problems) + f'; {NOT_EXACT}.',
+                logger='current',
+                level=30)
+            return
+        state = checkpoint[STATE_KEY]
+        self._pending = state['ranks'][get_rank()]
+        self._snapshot = None
+
+    def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
+        """Why this checkpoint cannot continue exactly (empty when it can).
+
+        Also restores the sampler seed when it differs and can be set."""
+        state = checkpoint.get(STATE_KEY)
+        if state is None:
+            return [
+                'the checkpoint carries no random state (written without '
+                'ExactResumeHook, e.g. by an older mocoplug): the model, '
+                'queue, optimizer and schedulers are restored, the random '
+                'streams (augmentations, key shuffle) are not'
+            ]
+        loop = runner.train_loop
+        problems = []
+        mode = ('iter' if isinstance(loop, IterBasedTrainLoop) else
+                'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other')
+        if mode == 'other':
+            problems.append(f'{type(loop).__name__} is not supported (only '
+                            'EpochBasedTrainLoop and IterBasedTrainLoop)')
+        saved_mode = state['loop'].split('-')[0]  # 'epoch-workers'
+        if mode != 'other' and saved_mode != mode:
+            problems.append(f'the checkpoint was written by a {saved_mode}'
+                            f'-based loop, this run is {mode}-based')
+        if not state['exact']:
+            problems.append(
+                'the checkpoint was not taken at an epoch end (mmengine '
+                'restarts an interrupted epoch from its first batch; use '
+                'IterBasedTrainLoop for mid-epoch checkpoints) or not all '
+                'ranks\' states were gathered')
+        if state['world_size'] != get_world_size():
+            problems.append(f'it was written by {state["world_size"]} '
+                            f'processes, this run has {get_world_size()}')
+        workers = int(getattr(loop.dataloader, 'num_workers', 0))
+        if state['num_workers'] != workers:
+            problems.append(f'it was written with num_workers='
+                            f'{state["num_workers"]}, this run has {workers}')
+        sampler = getattr(loop.dataloader, 'sampler', None)
+        saved_seed = state.get('sampler_seed')
+        if saved_seed is not None and getattr(sampler, 'seed',
+                                              saved_seed) != saved_seed:
+            if mode == 'epoch':
+                sampler.seed = saved_seed  # read afresh every epoch
+            else:
+                problems.append(
+                    f'the sampler seed {sampler.seed} differs from the '
+                    f'checkpoint\'s {saved_seed} (set randomness.seed='
+                    f'{saved_seed})')
+        return problems

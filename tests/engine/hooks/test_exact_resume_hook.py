@@ -1,0 +1,246 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Exact resume: N iterations uninterrupted against N/2 + resume + N/2, on
+the digits config (scaled down) built the way tools/train.py builds it."""
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+
+from mocoplug.registry import HOOKS
+
+ROOT = os.path.dirname(
+    os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+CONFIG = os.path.join(
+    ROOT, 'configs', 'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+BATCH = 8
+ITERS_PER_EPOCH = 2  # 16 images
+
+
+@HOOKS.register_module(force=True)
+class DrawRandomNumbersHook(Hook):
+    """Draws from every generator after the checkpoint is written, as a
+    visualisation or logging hook might: the uninterrupted run draws here,
+    the resumed run never saw these points."""
+
+    priority = 'LOWEST'
+
+    def _draw(self):
+        torch.rand(3)
+        np.random.rand(3)
+        random.random()
+
+    def after_train_epoch(self, runner):
+        self._draw()
+
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None):
+        if (runner.iter + 1) % 3 == 0:
+            self._draw()
+
+
+def build_cfg(load_tool,
+              work_dir,
+              workers,
+              persistent,
+              iter_based,
+              resume_from=None,
+              hook=True):
+    train = load_tool('train')
+    argv = [CONFIG, '--work-dir', str(work_dir)]
+    if resume_from is not None:
+        argv += ['--resume', str(resume_from)]
+    cfg = train.merge_args(Config.fromfile(CONFIG), train.parse_args(argv))
+    cfg.log_level = 'WARNING'
+    cfg.randomness = dict(seed=0, deterministic=True)
+    loader = cfg.train_dataloader
+    loader.batch_size = BATCH
+    loader.num_workers = workers
+    loader.persistent_workers = persistent
+    loader.dataset.indices = BATCH * ITERS_PER_EPOCH
+    views = loader.dataset.pipeline[0].transforms[0]
+    assert views[0].type == 'RandomResizedCrop'
+    views[0].scale = 16  # 16 px crops: 4x less compute than 32
+    cfg.model.queue.size = 36  # not a multiple of the batch: wrap-around
+    # the momentum update, and a hook that draws after each checkpoint (the
+    # kNN monitor is left out for speed; it runs before the snapshot)
+    assert cfg.custom_hooks[0].type == 'MomentumUpdateHook'
+    cfg.custom_hooks = [
+        cfg.custom_hooks[0],
+        dict(type='DrawRandomNumbersHook')
+    ]
+    if iter_based:
+        loader.sampler = dict(type='InfiniteSampler', shuffle=True)
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=8)
+        cfg.param_scheduler = [
+            dict(type='CosineAnnealingLR', T_max=8, by_epoch=False)
+        ]
+        cfg.default_hooks.checkpoint = dict(
+            type='CheckpointHook', interval=3, by_epoch=False)
+    else:
+        cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=4)
+        cfg.param_scheduler = [
+            dict(type='CosineAnnealingLR', T_max=4, by_epoch=True)
+        ]
+        cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2)
+    if not hook:  # (mmengine refuses None for a non-default hook name)
+        cfg.default_hooks.pop('exact_resume')
+    return cfg
+
+
+def run(cfg):
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    return runner
+
+
+def losses(runner):
+    return runner.message_hub.get_scalar('train/loss').data[0]
+
+
+def tensors(path):
+    """Every tensor of a checkpoint's model and optimizer state."""
+    ckpt = torch.load(path, map_location='cpu', weights_only=False)
+    out = {f'model/{k}': v for k, v in ckpt['state_dict'].items()}
+    for pid, state in ckpt['optimizer']['state'].items():
+        for name, value in state.items():
+            if torch.is_tensor(value):
+                out[f'optimizer/{pid}/{name}'] = value
+    return out
+
+
+def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
+    """Train uninterrupted and resumed; return both loss histories and the
+    max abs difference per tensor of the final checkpoints."""
+    opts = dict(
+        workers=workers,
+        persistent=persistent,
+        iter_based=iter_based,
+        hook=hook)
+    full = run(build_cfg(load_tool, tmp_path / 'full', **opts))
+    if iter_based:
+        middle, last = 'iter_3.pth', 'iter_8.pth'
+    else:
+        middle, last = 'epoch_2.pth', 'epoch_4.pth'
+    resumed = run(
+        build_cfg(
+            load_tool,
+            tmp_path / 'resumed',
+            resume_from=tmp_path / 'full' / middle,
+            **opts))
+    a = tensors(tmp_path / 'full' / last)
+    b = tensors(tmp_path / 'resumed' / last)
+    assert a.keys() == b.keys()
+    diffs = {
+        k: (a[k].double() -
+            b[k].double()).abs().max().item() if a[k].numel() else 0.0
+        for k in a
+    }
+    equal = all(torch.equal(a[k], b[k]) for k in a)
+    return losses(full), losses(resumed), diffs, equal
+
+
+@pytest.mark.parametrize(
+    'workers,persistent,iter_based', [(0, False, False), (2, False, False),
+                                      (2, True, False), (0, False, True),
+                                      (2, True, True)],
+    ids=[
+        'epoch-workers0', 'epoch-workers2', 'epoch-workers2-persistent',
+        'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
+    ])
+def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
+                                 iter_based):
+    full, resumed, diffs, equal = compare(load_tool, tmp_path, workers,
+                                          persistent, iter_based)
+    n = 8 if iter_based else 4 * ITERS_PER_EPOCH
+    assert len(full) == len(resumed) == n
+    assert np.array_equal(full, resumed), (full, resumed)
+    assert max(diffs.values()) == 0, {k: v for k, v in diffs.items() if v}
+    assert equal
+    # the key encoder, the queue and its pointer are among the tensors
+    assert {
+        'model/queue.keys', 'model/queue.ptr',
+        'model/momentum_encoder.backbone.conv1.weight'
+    } <= {k
+          for k in diffs}
+
+
+@pytest.fixture
+def warnings_logged(monkeypatch):
+    """What ExactResumeHook logs at WARNING level."""
+    import mocoplug.engine.hooks.exact_resume_hook as module
+    logged = []
+
+    def record(msg, logger=None, level=20):
+        if level >= 30:
+            logged.append(msg)
+
+    monkeypatch.setattr(module, 'print_log', record)
+    return logged
+
+
+def toy_cfg(tiny_runner_cfg, work_dir, hook=True, **overrides):
+    cfg = tiny_runner_cfg(work_dir, **overrides)
+    if hook:
+        cfg.default_hooks.exact_resume = dict(type='ExactResumeHook')
+    return cfg
+
+
+def test_checkpoint_without_random_state_warns(tmp_path, tiny_runner_cfg,
+                                               warnings_logged):
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'old', hook=False))
+    ckpt = torch.load(
+        tmp_path / 'old' / 'iter_2.pth',
+        map_location='cpu',
+        weights_only=False)
+    assert 'resume_state' not in ckpt
+    run(
+        toy_cfg(
+            tiny_runner_cfg,
+            tmp_path / 'new',
+            resume=True,
+            load_from=str(tmp_path / 'old' / 'iter_2.pth')))
+    assert len(warnings_logged) == 1
+    assert 'carries no random state' in warnings_logged[0]
+    assert 'will not be bit-identical' in warnings_logged[0]
+
+
+def test_mid_epoch_checkpoint_of_an_epoch_loop_warns(tmp_path, tiny_runner_cfg,
+                                                     warnings_logged):
+    # 16 samples, batch 4: 4 iterations per epoch; iter_6 is mid-epoch
+    epoch_loop = dict(by_epoch=True, max_epochs=2)
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a', train_cfg=epoch_loop))
+    ckpt = torch.load(
+        tmp_path / 'a' / 'iter_6.pth', map_location='cpu', weights_only=False)
+    assert ckpt['resume_state']['exact'] is False
+    run(
+        toy_cfg(
+            tiny_runner_cfg,
+            tmp_path / 'b',
+            train_cfg=epoch_loop,
+            resume=True,
+            load_from=str(tmp_path / 'a' / 'iter_6.pth')))
+    assert len(warnings_logged) == 1
+    assert 'not taken at an epoch end' in warnings_logged[0]
+
+
+def test_other_worker_count_warns_and_load_from_is_ignored(
+        tmp_path, tiny_runner_cfg, warnings_logged):
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    cfg = toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt)
+    cfg.train_dataloader.num_workers = 1
+    run(cfg)
+    assert len(warnings_logged) == 1
+    assert 'num_workers=0, this run has 1' in warnings_logged[0]
+    # load_from without resume (fine-tuning): nothing to resume, no warning
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'c', load_from=ckpt))
+    assert len(warnings_logged) == 1
