@@ -23,6 +23,7 @@ _base_ = './mocov2_r50_8xb32-coslr-200e_in1k.py'
 train_pipeline = [
     dict(
         type='mocoplug.CheckedLoadImageFromFile',
+        imdecode_backend='cv2',
         skip_unreadable=False,
         max_unreadable_ratio=0.01),
     dict(type='MultiView', num_views=2, transforms=[{{_base_.view_pipeline}}]),
