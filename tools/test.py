@@ -16,7 +16,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import fill_data_root
+from mocoplug.utils import drop_disabled_default_hooks, fill_data_root
 
 
 def parse_args(argv=None):
@@ -51,6 +51,7 @@ def main(argv=None):
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     fill_data_root(cfg)  # the *_folder configs' data_root=DIR
+    drop_disabled_default_hooks(cfg)  # default_hooks.NAME=None
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:

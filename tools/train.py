@@ -20,7 +20,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import fill_data_root, fill_pretrained
+from mocoplug.utils import (drop_disabled_default_hooks, fill_data_root,
+                            fill_pretrained)
 
 
 def parse_args(argv=None):
@@ -118,6 +119,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
         cfg.merge_from_dict(args.cfg_options)
     fill_pretrained(cfg)
     fill_data_root(cfg)  # the *_folder configs' data_root=DIR
+    drop_disabled_default_hooks(cfg)  # default_hooks.NAME=None
     return cfg
 
 

@@ -46,3 +46,34 @@ def test_auto_scale_lr(load_tool):
 def test_pretrained_option_needs_a_receiving_init_cfg(load_tool):
     with pytest.raises(ValueError, match="mocoplug's Pretrained"):
         merged(load_tool, '--cfg-options', 'pretrained=x.pth')
+
+
+def test_none_switches_off_mocoplug_default_hooks(load_tool):
+    """mmengine 0.10.7 asserts on ``default_hooks.NAME=None`` for names that
+    are not its own; tools/train.py drops them, and the Runner accepts the
+    result (mmengine's own names still reach mmengine)."""
+    from mmengine.runner import Runner
+    from mmengine.visualization import Visualizer
+    Visualizer.get_instance('test_none_switches_off')  # LoggerHook needs one
+    cfg = merged(load_tool, '--cfg-options',
+                 'default_hooks.exact_resume=None',
+                 'default_hooks.representation_health=None',
+                 'default_hooks.checkpoint=None')
+    assert 'exact_resume' not in cfg.default_hooks
+    assert 'representation_health' not in cfg.default_hooks
+    assert {'non_finite_loss', 'moco_config_check'} <= set(cfg.default_hooks)
+    assert cfg.default_hooks.checkpoint is None  # mmengine's own: kept
+    from mmengine.registry import DefaultScope
+    runner = Runner.__new__(Runner)
+    runner._hooks = []
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        runner.register_default_hooks(cfg.default_hooks)
+    names = {type(h).__name__ for h in runner.hooks}
+    assert 'ExactResumeHook' not in names
+    assert 'RepresentationHealthHook' not in names
+    assert 'CheckpointHook' not in names
+    assert {'NonFiniteLossHook', 'MoCoConfigCheckHook'} <= names
+    # without the fix mmengine refuses the config
+    with pytest.raises(AssertionError):
+        Runner.__new__(Runner).register_default_hooks(
+            dict(exact_resume=None))
