@@ -25,12 +25,25 @@ def test_defaults(load_tool):
     assert cfg.train_dataloader.persistent_workers is True  # 8 workers
 
 
+def test_amp_picks_float16_on_gpu_and_bfloat16_on_cpu(load_tool, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    cfg = merged(load_tool, '--amp')
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    cfg = merged(load_tool, '--amp')
+    # mmengine's AmpOptimWrapper asserts a GPU; bf16 needs no loss scale
+    assert cfg.optim_wrapper.type == 'mocoplug.BF16OptimWrapper'
+    assert 'loss_scale' not in cfg.optim_wrapper
+
+
 def test_amp_resume_and_cfg_options(load_tool):
     cfg = merged(load_tool, '--amp', '--resume', '--work-dir', 'w',
                  '--cfg-options', 'model.shuffle_bn=split',
                  'train_dataloader.num_workers=0')
-    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
-    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+    assert cfg.optim_wrapper.type in ('AmpOptimWrapper',
+                                      'mocoplug.BF16OptimWrapper')
     assert cfg.resume is True and cfg.load_from is None
     assert cfg.work_dir == 'w'
     assert cfg.model.shuffle_bn == 'split'
