@@ -143,6 +143,9 @@ def setup_cpu_distributed(cfg: Config) -> None:
     cfg.model_wrapper_cfg = dict(
         cfg.get('model_wrapper_cfg') or {}, device_ids=None)
     cfg.model_wrapper_cfg.setdefault('type', 'MMDistributedDataParallel')
+    # As mmengine's default wrapper on GPU: without it torch's DDP would
+    # broadcast every buffer, MoCo's K x C queue included, at each forward.
+    cfg.model_wrapper_cfg.setdefault('broadcast_buffers', False)
     print(f'no GPU: rank {dist.get_rank()}/{dist.get_world_size()} trains '
           'on CPU with gloo')
 

@@ -59,3 +59,22 @@ def test_auto_scale_lr(load_tool):
 def test_pretrained_option_needs_a_receiving_init_cfg(load_tool):
     with pytest.raises(ValueError, match="mocoplug's Pretrained"):
         merged(load_tool, '--cfg-options', 'pretrained=x.pth')
+
+
+def test_cpu_ddp_does_not_broadcast_buffers(load_tool, monkeypatch):
+    """Broadcasting buffers would send MoCo's whole K x C queue from rank 0
+    to every rank at each forward; mmengine's GPU default is off too."""
+    import torch
+    import torch.distributed as dist
+    train = load_tool('train')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(dist, 'is_initialized', lambda: False)
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend: None)
+    monkeypatch.setattr(dist, 'get_rank', lambda: 0)
+    monkeypatch.setattr(dist, 'get_world_size', lambda: 2)
+    cfg = merged(load_tool, '--launcher', 'pytorch')
+    train.setup_cpu_distributed(cfg)
+    assert cfg.model_wrapper_cfg == dict(
+        device_ids=None,
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False)
