@@ -558,6 +558,14 @@ def main(argv=None):
                     name: dict(median_ms=statistics.median(t), all_ms=t)
                     for name, t in times.items()
                 })
+            # Paired: the ratio within each round, then its median; steadier
+            # than the ratio of medians when the machine's load drifts.
+            if 'ours' in times:
+                run['paired_ratio'] = {
+                    name:
+                    statistics.median(a / b for a, b in zip(times['ours'], t))
+                    for name, t in times.items() if name != 'ours'
+                }
             if args.breakdown == 'on' and algo != 'mocov3' \
                     and 'ours' in funcs:
                 run['breakdown_ours_ms'] = breakdown(ours_bundle, batches,
@@ -601,14 +609,15 @@ def print_table(runs, args) -> None:
           f'{args.batch}, amp {args.amp}, channels_last '
           f'{args.channels_last}, median of {args.steps} steps after '
           f'{args.warmup} warm-up, round-robin, one process. Shuffle BN: '
-          'none in all (single process, see --help).')
+          'none in all (single process, see --help). Ratios: of the '
+          'medians (median of the per-round ratios).')
     names = [n for n in ('ours', 'mmpretrain', 'floor') if n in args.impls]
     header = '| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)'
                                           for n in names)
     ratios = [
         r for r in ('mmpretrain', 'floor') if r in names and 'ours' in names
     ]
-    header += ''.join(f' | ours / {r}' for r in ratios) + ' |'
+    header += ''.join(f' | ours / {r} (paired)' for r in ratios) + ' |'
     print(header)
     print('|' + '---|' * (2 + len(names) + len(ratios)))
     for run in runs:
@@ -616,7 +625,10 @@ def print_table(runs, args) -> None:
         cells = [
             f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})' for n in names
         ]
-        cells += [f"{med['ours'] / med[r]:.3f}" for r in ratios]
+        cells += [
+            f"{med['ours'] / med[r]:.3f} ({run['paired_ratio'][r]:.3f})"
+            for r in ratios
+        ]
         print(f"| {run['algo']} | {run['queue_size'] or 'batch'} | " +
               ' | '.join(cells) + ' |')
 
