@@ -38,7 +38,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='enable automatic-mixed-precision training (GPU only)')
+        help='mixed precision: float16 autocast with loss scaling on GPU '
+        '(mmengine AmpOptimWrapper), bfloat16 autocast on CPU')
     parser.add_argument(
         '--no-validate',
         action='store_true',
@@ -89,8 +90,13 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     if args.amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        import torch
+        if torch.cuda.is_available():
+            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+        else:  # mmengine's AmpOptimWrapper needs a GPU: bfloat16 on CPU
+            cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
+            cfg.optim_wrapper.pop('loss_scale', None)
     if args.resume == 'auto':
         cfg.resume = True
         cfg.load_from = None
@@ -140,6 +146,9 @@ def setup_cpu_distributed(cfg: Config) -> None:
     cfg.model_wrapper_cfg = dict(
         cfg.get('model_wrapper_cfg') or {}, device_ids=None)
     cfg.model_wrapper_cfg.setdefault('type', 'MMDistributedDataParallel')
+    # As mmengine's default wrapper on GPU: without it torch's DDP would
+    # broadcast every buffer, MoCo's K x C queue included, at each forward.
+    cfg.model_wrapper_cfg.setdefault('broadcast_buffers', False)
     print(f'no GPU: rank {dist.get_rank()}/{dist.get_world_size()} trains '
           'on CPU with gloo')
 

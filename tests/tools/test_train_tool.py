@@ -25,12 +25,25 @@ def test_defaults(load_tool):
     assert cfg.train_dataloader.persistent_workers is True  # 8 workers
 
 
+def test_amp_picks_float16_on_gpu_and_bfloat16_on_cpu(load_tool, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    cfg = merged(load_tool, '--amp')
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    cfg = merged(load_tool, '--amp')
+    # mmengine's AmpOptimWrapper asserts a GPU; bf16 needs no loss scale
+    assert cfg.optim_wrapper.type == 'mocoplug.BF16OptimWrapper'
+    assert 'loss_scale' not in cfg.optim_wrapper
+
+
 def test_amp_resume_and_cfg_options(load_tool):
     cfg = merged(load_tool, '--amp', '--resume', '--work-dir', 'w',
                  '--cfg-options', 'model.shuffle_bn=split',
                  'train_dataloader.num_workers=0')
-    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
-    assert cfg.optim_wrapper.loss_scale == 'dynamic'
+    assert cfg.optim_wrapper.type in ('AmpOptimWrapper',
+                                      'mocoplug.BF16OptimWrapper')
     assert cfg.resume is True and cfg.load_from is None
     assert cfg.work_dir == 'w'
     assert cfg.model.shuffle_bn == 'split'
@@ -77,3 +90,21 @@ def test_none_switches_off_mocoplug_default_hooks(load_tool):
     with pytest.raises(AssertionError):
         Runner.__new__(Runner).register_default_hooks(
             dict(exact_resume=None))
+
+def test_cpu_ddp_does_not_broadcast_buffers(load_tool, monkeypatch):
+    """Broadcasting buffers would send MoCo's whole K x C queue from rank 0
+    to every rank at each forward; mmengine's GPU default is off too."""
+    import torch
+    import torch.distributed as dist
+    train = load_tool('train')
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    monkeypatch.setattr(dist, 'is_initialized', lambda: False)
+    monkeypatch.setattr(dist, 'init_process_group', lambda backend: None)
+    monkeypatch.setattr(dist, 'get_rank', lambda: 0)
+    monkeypatch.setattr(dist, 'get_world_size', lambda: 2)
+    cfg = merged(load_tool, '--launcher', 'pytorch')
+    train.setup_cpu_distributed(cfg)
+    assert cfg.model_wrapper_cfg == dict(
+        device_ids=None,
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False)

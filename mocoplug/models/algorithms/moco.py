@@ -66,6 +66,8 @@ class MoCo(BaseMomentumSelfSupervisor):
         data_preprocessor (dict, optional): Config of the data preprocessor;
             ``SelfSupDataPreprocessor`` if no type is given.
         init_cfg (dict or list[dict], optional): Initialization config dict.
+        channels_last (bool): Channels-last weights and inputs, see
+            :class:`BaseMomentumSelfSupervisor`. Defaults to False.
     """
 
     def __init__(self,
@@ -78,14 +80,16 @@ class MoCo(BaseMomentumSelfSupervisor):
                  num_splits: int = 8,
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
-                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
+                 init_cfg: Optional[Union[List[dict], dict]] = None,
+                 channels_last: bool = False) -> None:
         super().__init__(
             backbone=backbone,
             neck=neck,
             head=head,
             pretrained=pretrained,
             data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg)
+            init_cfg=init_cfg,
+            channels_last=channels_last)
         if shuffle_bn not in SHUFFLE_BN_MODES:
             raise ValueError(
                 f'MoCo: shuffle_bn must be one of {SHUFFLE_BN_MODES}, got '
@@ -114,7 +118,8 @@ class MoCo(BaseMomentumSelfSupervisor):
             images (torch.Tensor): Key views, shape (N, C, H, W).
 
         Returns:
-            torch.Tensor: L2-normalised keys (N, D), in the input order.
+            torch.Tensor: L2-normalised float32 keys (N, D), in the input
+            order.
         """
         mode = self.shuffle_bn
         if mode == 'ddp' and get_world_size() == 1:
@@ -128,13 +133,14 @@ class MoCo(BaseMomentumSelfSupervisor):
             mode = 'none'
         if mode == 'ddp':
             images, idx_unshuffle = batch_shuffle_ddp(images)
-            keys = F.normalize(self.momentum_encoder(images)[0], dim=1)
+            keys = F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
             return batch_unshuffle_ddp(keys, idx_unshuffle)
         if mode == 'split':
             perm = torch.randperm(images.shape[0], device=images.device)
-            keys = F.normalize(self.momentum_encoder(images[perm])[0], dim=1)
+            keys = F.normalize(
+                self.momentum_encoder(images[perm])[0].float(), dim=1)
             return keys[torch.argsort(perm)]
-        return F.normalize(self.momentum_encoder(images)[0], dim=1)
+        return F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -151,16 +157,18 @@ class MoCo(BaseMomentumSelfSupervisor):
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
         self.check_momentum_updates()
-        im_q, im_k = self.two_views(inputs, 'MoCo')
-        query = F.normalize(self.neck(self.backbone(im_q))[0], dim=1)
+        im_q, im_k = self.views(inputs, 'MoCo')
+        # Similarities in float32 (also under autocast): no overflow at 1/t.
+        query = F.normalize(self.neck(self.backbone(im_q))[0].float(), dim=1)
         key = self.encode_keys(im_k)
         ids = None
         if self.queue.exclude_same_instance:
             ids = sample_indices(data_samples, im_q.device)
         pos = (query * key).sum(dim=1, keepdim=True)
-        neg = query @ self.queue().t()
+        neg = self.queue.logits(query)  # the queue itself, no copy
         losses = self.head.loss(pos, neg, self.queue.same_instance_mask(ids))
         self.stash_for_monitor((query, ), (key, ))
+        # Written once this step's backward is done (see NegativeKeyQueue).
         self.queue.enqueue(key, ids)
         return losses
 

@@ -56,6 +56,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         data_preprocessor (dict, optional): Config of the data preprocessor;
             ``SelfSupDataPreprocessor`` if no type is given.
         init_cfg (dict or list[dict], optional): Initialization config dict.
+        channels_last (bool): Channels-last weights and inputs, see
+            :class:`BaseMomentumSelfSupervisor`. Defaults to False.
     """
 
     def __init__(self,
@@ -66,14 +68,16 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                  queue: Optional[dict] = None,
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
-                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
+                 init_cfg: Optional[Union[List[dict], dict]] = None,
+                 channels_last: bool = False) -> None:
         super().__init__(
             backbone=backbone,
             neck=neck,
             head=head,
             pretrained=pretrained,
             data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg)
+            init_cfg=init_cfg,
+            channels_last=channels_last)
         if predictor is None:
             raise ValueError(
                 'MoCoV3: `predictor` is required (the query branch is '
@@ -101,8 +105,9 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         Returns:
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
-        query = F.normalize(query, dim=1)
-        key = F.normalize(key, dim=1)
+        # Similarities in float32 (also under autocast): no overflow at 1/t.
+        query = F.normalize(query.float(), dim=1)
+        key = F.normalize(key.float(), dim=1)
         pos = (query * key).sum(dim=1, keepdim=True)
         if self.queue is not None:
             if self.queue.dim != query.shape[1]:
@@ -110,7 +115,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                     f'MoCoV3: queue.dim={self.queue.dim} but the projector '
                     f'and predictor output {query.shape[1]} channels; set '
                     "the queue's `dim` to the neck's out_channels.")
-            neg = query @ self.queue().t()
+            neg = self.queue.logits(query)  # the queue itself, no copy
             return self.head.loss(pos, neg, self.queue.same_instance_mask(ids))
         # In-batch negatives of the global batch; the positive's column is
         # masked out of the negatives (it is already `pos`).
@@ -123,7 +128,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                 f'ranks with {n} queries each; every rank must hold the '
                 'same number of images per batch (use DefaultSampler and '
                 'the same batch_size on all ranks).')
-        neg = query @ keys.t()
+        with torch.autocast(query.device.type, enabled=False):
+            neg = query @ keys.t()
         mask = torch.zeros_like(neg, dtype=torch.bool)
         rows = torch.arange(n, device=neg.device)
         mask[rows, rows + n * get_rank()] = True
@@ -142,7 +148,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             ``contrast_acc`` (mean of both terms).
         """
         self.check_momentum_updates()
-        view_1, view_2 = self.two_views(inputs, 'MoCoV3')
+        view_1, view_2 = self.views(inputs, 'MoCoV3')
         q1 = self.predictor(self.neck(self.backbone(view_1)))[0]
         q2 = self.predictor(self.neck(self.backbone(view_2)))[0]
         with torch.no_grad():
@@ -155,7 +161,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         term_2 = self.contrast(q2, k1, ids)
         self.stash_for_monitor((q1, q2), (k2, k1))
         if self.queue is not None:
-            keys = F.normalize(torch.cat([k1, k2]), dim=1)
+            # Written once this step's backward is done (NegativeKeyQueue).
+            keys = F.normalize(torch.cat([k1, k2]).float(), dim=1)
             self.queue.enqueue(keys,
                                None if ids is None else torch.cat([ids, ids]))
         return dict(

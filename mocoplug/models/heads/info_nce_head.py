@@ -68,7 +68,9 @@ class InfoNCEHead(BaseModule):
         """
         if neg_mask is not None:
             neg = neg.masked_fill(neg_mask, float('-inf'))
-        logits = torch.cat((pos, neg), dim=1) / self.temperature
+        # In place: one (N, K + 1) buffer fewer (autograd allows it, neither
+        # cat nor the division needs its output or input for backward).
+        logits = torch.cat((pos, neg), dim=1).div_(self.temperature)
         labels = torch.zeros(
             logits.shape[0], dtype=torch.long, device=logits.device)
         loss = self.loss_module(logits, labels)

@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +27,25 @@ class NegativeKeyQueue(BaseModule):
     stored keys are persistent buffers, so checkpoints and ``--resume``
     carry the queue.
 
+    No copy of the queue per step: :meth:`logits` multiplies the queries
+    with the buffer itself, and the backward pass needs those very keys. So
+    a batch given to :meth:`enqueue` while such a backward is still to come
+    is held back and written as soon as the last one has run (a hook on the
+    autograd node of the logits). After a training step (loss, backward)
+    the buffers therefore hold the new keys, exactly as before; the keys of
+    step t are negatives from step t + 1 on. Keys still held back when the
+    next :meth:`logits` or :meth:`same_instance_mask` is called (a loss
+    computed without a backward) are written first, and
+    :meth:`state_dict` saves the queue as it is once they are written, so a
+    checkpoint never misses them. Should the buffer be needed by a backward
+    after it was written anyway (two losses computed, then one backward),
+    autograd raises its "modified by an inplace operation" error rather
+    than compute a wrong gradient.
+
     Precision: the keys are always stored in ``float32`` whatever the dtype
-    of the incoming keys (e.g. ``float16`` under AMP); :meth:`forward`
-    returns them in ``float32`` and autocast casts them for the matmul.
+    of the incoming keys (e.g. ``bfloat16`` under AMP), and :meth:`logits`
+    computes the similarities in ``float32`` with autocast off: no
+    low-precision copy of the queue, and no overflow at ``1 / tau``.
 
     Args:
         size (int): Number of keys K kept in the queue. Defaults to 65536.
@@ -71,15 +87,71 @@ class NegativeKeyQueue(BaseModule):
             # -1 marks the random initial keys, which belong to no image.
             self.register_buffer('ids',
                                  torch.full((size, ), -1, dtype=torch.long))
+        # Batches (keys, ids) held back by enqueue() until no pending
+        # backward needs the current keys; the number of such backward
+        # passes; a counter that retires the hooks of abandoned graphs.
+        self._pending: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
+        self._readers = 0
+        self._generation = 0
 
     def forward(self) -> torch.Tensor:
-        """Return a snapshot of the queued keys, shape (K, C).
+        """Return the queued keys, shape (K, C): the buffer itself, no copy.
 
-        A copy is returned because :meth:`enqueue` overwrites the buffer in
-        place after the loss was computed but before the backward pass,
-        which needs the keys the logits were computed with.
+        Use :meth:`logits` to compute similarities against it; it keeps the
+        keys unchanged until the backward pass no longer needs them.
         """
-        return self.keys.clone()
+        return self.keys
+
+    def logits(self, query: torch.Tensor) -> torch.Tensor:
+        """Similarities of queries with every queued key, ``query @ keys.T``.
+
+        Computed in ``float32`` with autocast off (the keys are never cast
+        or copied). Until the backward pass through the result has run,
+        :meth:`enqueue` holds new keys back instead of overwriting the ones
+        that backward needs.
+
+        Args:
+            query (torch.Tensor): L2-normalised queries of shape (N, C).
+
+        Returns:
+            torch.Tensor: Float32 logits of shape (N, K), before the
+            temperature.
+        """
+        self.flush()
+        with torch.autocast(query.device.type, enabled=False):
+            neg = query.float() @ self().t()
+        if neg.requires_grad:
+            self._readers += 1
+            neg.grad_fn.register_hook(self._reader_hook())
+        return neg
+
+    def _reader_hook(self):
+        """A post-hook for the autograd node of :meth:`logits`: once it has
+        run, that backward no longer needs the keys."""
+        generation, fired = self._generation, []
+
+        def hook(grad_inputs, grad_outputs):
+            if fired or generation != self._generation:
+                return  # a second backward (retain_graph) or a stale graph
+            fired.append(True)
+            self._readers -= 1
+            if self._readers == 0:
+                self._write_pending()
+
+        return hook
+
+    @torch.no_grad()
+    def flush(self) -> None:
+        """Write the keys still held back (see the class notes) now.
+
+        Called at the start of every step by :meth:`logits` and
+        :meth:`same_instance_mask`; a backward still to come through older
+        logits can then no longer run (autograd says so).
+        """
+        if self._pending:
+            self._generation += 1
+            self._readers = 0
+            self._write_pending()
 
     @torch.no_grad()
     def enqueue(self,
@@ -106,21 +178,45 @@ class NegativeKeyQueue(BaseModule):
             keys = torch.cat(all_gather(keys), dim=0)
             if self.exclude_same_instance:
                 ids = torch.cat(all_gather(ids.to(keys.device)), dim=0)
-        n = keys.shape[0]
-        offset = 0
-        if n > self.size:
-            # Only the newest `size` keys survive; they go where they would
-            # have landed had the batch been written key by key.
-            offset = n - self.size
-            keys = keys[offset:]
-            ids = ids[offset:] if ids is not None else None
-        # Computed on the device: no host sync in the training step.
-        slots = (self.ptr + offset + torch.arange(
-            keys.shape[0], device=self.keys.device)) % self.size
-        self.keys.index_copy_(0, slots, keys.to(self.keys.dtype))
-        if self.exclude_same_instance:
-            self.ids.index_copy_(0, slots, ids.to(self.ids.device, torch.long))
-        self.ptr.add_(n).remainder_(self.size)
+        keys = keys.detach().to(self.keys.dtype)
+        if ids is not None:
+            ids = ids.to(self.keys.device, torch.long)
+        self._pending.append(
+            (keys, ids if self.exclude_same_instance else None))
+        if self._readers == 0:
+            self._write_pending()
+
+    @torch.no_grad()
+    def _write_pending(self) -> None:
+        """Write the held-back batches into the buffers, in order."""
+        pending, self._pending = self._pending, []
+        for keys, ids in pending:
+            write_ring(self.keys, self.ptr,
+                       self.ids if self.exclude_same_instance else None, keys,
+                       ids)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Save the queue as it is once the held-back keys are written,
+        without writing them (a backward may still need the buffer)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if not self._pending:
+            return
+        keys, ptr = self.keys.clone(), self.ptr.clone()
+        ids = self.ids.clone() if self.exclude_same_instance else None
+        for new_keys, new_ids in self._pending:
+            write_ring(keys, ptr, ids, new_keys, new_ids)
+        destination[prefix + 'keys'] = keys
+        destination[prefix + 'ptr'] = ptr
+        if ids is not None:
+            destination[prefix + 'ids'] = ids
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Loading replaces the queue: keys held back belong to the old one
+        and are dropped."""
+        self._pending = []
+        self._readers = 0
+        self._generation += 1
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def same_instance_mask(
             self, ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -136,6 +232,7 @@ class NegativeKeyQueue(BaseModule):
         """
         if not self.exclude_same_instance:
             return None
+        self.flush()
         if ids is None:
             raise ValueError(
                 'NegativeKeyQueue: exclude_same_instance=True needs the query '
@@ -145,3 +242,24 @@ class NegativeKeyQueue(BaseModule):
     def extra_repr(self) -> str:
         return (f'size={self.size}, dim={self.dim}, gather={self.gather}, '
                 f'exclude_same_instance={self.exclude_same_instance}')
+
+
+@torch.no_grad()
+def write_ring(buffer: torch.Tensor, ptr: torch.Tensor,
+               id_buffer: Optional[torch.Tensor], keys: torch.Tensor,
+               ids: Optional[torch.Tensor]) -> None:
+    """Write a batch into a ring buffer in place, advancing ``ptr``.
+
+    A batch larger than the buffer keeps its newest keys, each in the slot it
+    would have reached had the batch been written key by key. The slots are
+    computed on the device: no host sync in the training step.
+    """
+    size, n = buffer.shape[0], keys.shape[0]
+    offset = max(n - size, 0)
+    keys = keys[offset:]
+    slots = (ptr + offset +
+             torch.arange(keys.shape[0], device=buffer.device)) % size
+    buffer.index_copy_(0, slots, keys)
+    if id_buffer is not None:
+        id_buffer.index_copy_(0, slots, ids[offset:])
+    ptr.add_(n).remainder_(size)

@@ -1,4 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+import copy
 import os
 import socket
 
@@ -73,7 +74,10 @@ def test_loss_equals_a_hand_computation():
             [(q * k).sum(1, keepdim=True), q @ queue_before.t()], 1) / 0.2
         expected = F.cross_entropy(logits, torch.zeros(4, dtype=torch.long))
     assert out['loss'].item() == pytest.approx(expected.item(), rel=1e-5)
-    # the batch's keys were enqueued after the loss
+    # the batch's keys enter the queue once the backward no longer needs
+    # the keys the logits were computed with (no copy of the queue)
+    assert torch.equal(model.queue.keys, queue_before)
+    out['loss'].backward()
     assert torch.allclose(model.queue.keys[:4], k, atol=1e-6)
     assert int(model.queue.ptr) == 4
 
@@ -135,6 +139,117 @@ def test_parity_with_mmpretrain_moco_over_sgd_steps():
                               tiny_moco().neck.mlp[0].weight)
 
 
+def sgd(model):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+
+def test_queue_after_each_step_equals_mmpretrains():
+    """The queue is read without a copy and each batch's keys are written
+    once its backward has run: the losses and the queue after every SGD step
+    are those of mmpretrain 1.2.0's MoCo (copy, then immediate enqueue)."""
+    torch.manual_seed(0)
+    ours = tiny_moco(queue=dict(type='NegativeKeyQueue', size=24, dim=32))
+    theirs = MMPretrainMoCo(
+        backbone=BACKBONE,
+        neck=dict(
+            type='MoCoV2Neck',
+            in_channels=128,
+            hid_channels=128,
+            out_channels=32),
+        head=dict(
+            type='ContrastiveHead',
+            loss=dict(type='CrossEntropyLoss'),
+            temperature=0.2),
+        queue_len=24,
+        feat_dim=32,
+        momentum=0.001)
+    theirs.backbone.load_state_dict(ours.backbone.state_dict())
+    theirs.neck.load_state_dict(ours.neck.state_dict())
+    theirs.queue.copy_(ours.queue.keys.t())
+    hook = MomentumUpdateHook(momentum=0.999)
+    hook.attach(ours)
+    opt_ours, opt_theirs = sgd(ours), sgd(theirs)
+    gen = torch.Generator().manual_seed(1)
+    for step in range(5):  # 5 x 8 keys into 24 slots: wraps around
+        views = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+        loss_ours = ours.loss([v.clone() for v in views], samples(range(8)))
+        loss_theirs = theirs.loss([v.clone() for v in views], None)
+        assert loss_ours['loss'].item() == pytest.approx(
+            loss_theirs['loss'].item(), rel=1e-5, abs=1e-6), step
+        for opt, loss in ((opt_ours, loss_ours['loss']),
+                          (opt_theirs, loss_theirs['loss'])):
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        hook.update(0.999)
+        assert torch.allclose(
+            ours.queue.keys, theirs.queue.t(), atol=1e-6), step
+        assert int(ours.queue.ptr) == int(theirs.queue_ptr) == \
+            (step + 1) * 8 % 24
+
+
+def test_state_dict_between_steps_resumes_exactly():
+    """A model saved after a training step and loaded into a fresh one
+    continues bit for bit (queue with instance ids, split Shuffle BN); a
+    state taken between a loss and its backward already holds the batch's
+    keys."""
+
+    def build():
+        return tiny_moco(
+            queue=dict(
+                type='NegativeKeyQueue',
+                size=20,
+                dim=32,
+                exclude_same_instance=True),
+            shuffle_bn='split',
+            num_splits=2)
+
+    gen = torch.Generator().manual_seed(3)
+    batches = [[torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+               for _ in range(5)]
+
+    def step(model, opt, hook, i, check_mid_state=False):
+        torch.manual_seed(100 + i)  # the Shuffle BN permutation
+        out = model.loss([v.clone() for v in batches[i]],
+                         samples(range(8 * i, 8 * i + 8)))
+        mid = model.state_dict() if check_mid_state else None
+        opt.zero_grad()
+        out['loss'].backward()
+        opt.step()
+        hook.update(0.999)
+        if mid is not None:
+            after = model.state_dict()
+            for name in ('queue.keys', 'queue.ptr', 'queue.ids'):
+                assert torch.equal(mid[name], after[name]), name
+        return out['loss'].detach()
+
+    torch.manual_seed(0)
+    model = build()
+    opt, hook = sgd(model), MomentumUpdateHook(momentum=0.999)
+    hook.attach(model)
+    for i in range(3):
+        step(model, opt, hook, i, check_mid_state=i == 2)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    opt_state = copy.deepcopy(opt.state_dict())
+
+    torch.manual_seed(42)  # other initial weights and queue
+    resumed = build()
+    resumed.load_state_dict(state)
+    opt_resumed = sgd(resumed)
+    opt_resumed.load_state_dict(opt_state)
+    hook_resumed = MomentumUpdateHook(momentum=0.999)
+    hook_resumed.attach(resumed)
+    for i in range(3, 5):
+        assert torch.equal(
+            step(model, opt, hook, i),
+            step(resumed, opt_resumed, hook_resumed, i)), i
+    final, final_resumed = model.state_dict(), resumed.state_dict()
+    assert final.keys() == final_resumed.keys()
+    for name, value in final.items():
+        assert torch.equal(value, final_resumed[name]), name
+
+
 def test_exclude_same_instance_masks_older_keys_of_the_same_image():
     torch.manual_seed(0)
     model = tiny_moco(
@@ -144,10 +259,12 @@ def test_exclude_same_instance_masks_older_keys_of_the_same_image():
             dim=32,
             exclude_same_instance=True))
     views = [torch.randn(4, 3, 32, 32) for _ in range(2)]
-    model.loss(views, samples([0, 1, 2, 3]))
+    # a training step's keys are in the queue once its backward has run
+    model.loss(views, samples([0, 1, 2, 3]))['loss'].backward()
     model.num_momentum_updates = 1  # no hook in this unit test
     queue_before = model.queue.keys.clone()
     out = model.loss(views, samples([2, 3, 4, 5]))
+    out['loss'].backward()
     with torch.no_grad():
         q = F.normalize(model.neck(model.backbone(views[0]))[0], dim=1)
         k = F.normalize(model.momentum_encoder(views[1])[0], dim=1)

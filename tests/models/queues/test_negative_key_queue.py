@@ -55,11 +55,123 @@ def test_hand_written_wrap_around():
     assert int(queue.ptr) == 3
 
 
-def test_forward_returns_a_snapshot():
+def test_forward_returns_the_buffer_itself():
     queue = NegativeKeyQueue(size=4, dim=2)
-    snapshot = queue()
+    assert queue() is queue.keys  # no copy of K x C per step
+
+
+def test_logits_hold_new_keys_back_until_their_backward_has_run():
+    """No copy of the queue: keys enqueued after the logits wait until the
+    backward through the logits is done, which sees the old keys."""
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=5, dim=3)
+    before = queue.keys.clone()
+    query = torch.randn(2, 3, requires_grad=True)
+    weight = torch.randn(2, 5)
+    neg = queue.logits(query)
+    assert torch.equal(neg, query.detach() @ before.t())
+    new = torch.randn(3, 3)
+    expected, expected_ptr = reference_queue(queue, [new])
+    queue.enqueue(new)
+    assert torch.equal(queue.keys, before) and int(queue.ptr) == 0
+    (neg * weight).sum().backward()
+    assert torch.equal(query.grad, weight @ before)  # the old keys
+    assert torch.equal(queue.keys, expected)
+    assert int(queue.ptr) == expected_ptr
+
+
+def test_two_logits_one_backward_waits_for_both():
+    """MoCo v3 with a queue: two terms read the queue, one backward."""
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=6, dim=2)
+    before = queue.keys.clone()
+    q1, q2 = (torch.randn(2, 2, requires_grad=True) for _ in range(2))
+    loss = queue.logits(q1).sum() + 2 * queue.logits(q2).sum()
+    new = torch.randn(4, 2)
+    expected, _ = reference_queue(queue, [new])
+    queue.enqueue(new)
+    loss.backward()
+    assert torch.equal(q1.grad, torch.ones(2, 6) @ before)
+    assert torch.equal(q2.grad, torch.full((2, 6), 2.) @ before)
+    assert torch.equal(queue.keys, expected)
+
+
+def test_held_back_keys_are_written_before_the_next_logits():
+    """A loss computed without a backward: its keys are negatives of the
+    next step all the same, and the stale graph cannot backprop wrongly."""
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=5, dim=3)
+    query = torch.randn(2, 3, requires_grad=True)
+    stale = queue.logits(query)
+    batches = [torch.randn(2, 3), torch.randn(2, 3)]
+    expected, expected_ptr = reference_queue(queue, batches)
+    queue.enqueue(batches[0])
+    neg = queue.logits(query)  # writes batch 0 first
+    queue.enqueue(batches[1])
+    neg.sum().backward()  # the current graph: batch 1 written after it
+    assert torch.equal(queue.keys, expected)
+    assert int(queue.ptr) == expected_ptr
+    with pytest.raises(RuntimeError, match='inplace'):
+        stale.sum().backward()
+
+
+def test_no_grad_logits_write_at_once():
+    queue = NegativeKeyQueue(size=4, dim=2)
+    with torch.no_grad():
+        queue.logits(torch.randn(3, 2))
     queue.enqueue(torch.ones(2, 2))
-    assert not torch.equal(snapshot, queue.keys)
+    assert torch.equal(queue.keys[:2], torch.ones(2, 2))
+
+
+def test_state_dict_holds_the_held_back_keys_without_writing_them():
+    """A checkpoint taken between a loss and its backward carries the new
+    keys (and ids); the live buffer stays intact for the backward."""
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=5, dim=3, exclude_same_instance=True)
+    before = queue.keys.clone()
+    query = torch.randn(2, 3, requires_grad=True)
+    neg = queue.logits(query)
+    new = torch.randn(3, 3)
+    expected, expected_ptr = reference_queue(queue, [new])
+    queue.enqueue(new, ids=torch.tensor([4, 5, 6]))
+    state = queue.state_dict()
+    assert set(state) == {'keys', 'ptr', 'ids'}
+    assert torch.equal(state['keys'], expected)
+    assert int(state['ptr']) == expected_ptr
+    assert state['ids'].tolist() == [4, 5, 6, -1, -1]
+    assert torch.equal(queue.keys, before)  # not written yet
+    neg.sum().backward()
+    assert torch.equal(query.grad, torch.ones(2, 5) @ before)
+    for name, value in queue.state_dict().items():
+        assert torch.equal(value, state[name]), name
+    # loads into a fresh queue (the format of older checkpoints)
+    fresh = NegativeKeyQueue(size=5, dim=3, exclude_same_instance=True)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.keys, expected)
+    assert fresh.ids.tolist() == [4, 5, 6, -1, -1]
+
+
+def test_loading_drops_held_back_keys():
+    torch.manual_seed(0)
+    source = NegativeKeyQueue(size=4, dim=2)
+    state = {k: v.clone() for k, v in source.state_dict().items()}
+    queue = NegativeKeyQueue(size=4, dim=2)
+    queue.logits(torch.randn(1, 2, requires_grad=True))
+    queue.enqueue(torch.ones(2, 2))  # held back
+    queue.load_state_dict(state)
+    queue.logits(torch.randn(1, 2))  # would write held-back keys
+    assert torch.equal(queue.keys, state['keys'])
+    assert int(queue.ptr) == 0
+
+
+def test_logits_are_float32_under_bf16_autocast():
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=8, dim=4)
+    query = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        neg = queue.logits(query.bfloat16())
+    assert neg.dtype == torch.float32
+    assert torch.equal(neg, query.bfloat16().float() @ queue.keys.t())
 
 
 def test_half_precision_keys_are_stored_in_float32():
