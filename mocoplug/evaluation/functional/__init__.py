@@ -1,8 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .extract_features import extract_features, pool_feature
+from .label_efficiency import linear_probe_accuracy, stratified_label_subsets
 from .weighted_knn import weighted_knn_accuracy, weighted_knn_scores
 
 __all__ = [
     'extract_features', 'pool_feature', 'weighted_knn_scores',
-    'weighted_knn_accuracy'
+    'weighted_knn_accuracy', 'stratified_label_subsets',
+    'linear_probe_accuracy'
 ]
