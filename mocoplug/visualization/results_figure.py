@@ -29,7 +29,7 @@ def draw_bar_table(ax, table: BarTable, title: str, ylabel: str) -> None:
         for bar, mean, spread in zip(bars, means, spreads):
             if not np.isnan(mean):
                 ax.annotate(
-                    f'{mean:.0f}',
+                    f'{mean:.1f}',
                     (bar.get_x() + bar.get_width() / 2, mean + spread),
                     xytext=(0, 3),
                     textcoords='offset points',

@@ -125,17 +125,18 @@ def test_demo_end_to_end_one_epoch_one_seed(tmp_path, load_tool):
         dict(clean=98.330, perturbed=70.501), abs=0.01)
     # label efficiency on raw pixels, recomputed from the images
     feats = {
-        name: (torch.stack([
-            torch.from_numpy(s['inputs'].numpy()).float().flatten()
-            for s in loader.dataset
-        ]),
-               torch.tensor(
-                   [int(s['data_samples'].gt_label) for s in loader.dataset]))
+        name: (
+            torch.stack([
+                s['inputs'][0].float().flatten()  # the grey levels
+                for s in loader.dataset
+            ]),
+            torch.tensor(
+                [int(s['data_samples'].gt_label) for s in loader.dataset]))
         for name, loader in (('train', demo.digits_loader('train', False)),
                              ('clean', demo.digits_loader('test', False)))
     }
-    # raw features are the preprocessed pixels: an affine map of the
-    # images, which the standardisation undoes
+    # raw features are the preprocessed grey levels, an affine map of the
+    # images' grey levels that the standardisation undoes
     subsets = stratified_label_subsets(feats['train'][1], 0.01, 10, seed=0)
     expected = linear_probe_accuracy(*feats['train'],
                                      dict(clean=feats['clean']), subsets)
