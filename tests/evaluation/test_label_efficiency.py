@@ -9,8 +9,9 @@ from mocoplug.evaluation import (linear_probe_accuracy,
 
 
 def test_subsets_are_stratified_deterministic_and_distinct():
-    labels = np.repeat(np.arange(10), [120, 130, 125, 126, 124, 127, 123,
-                                       128, 129, 126])  # 1258 images
+    labels = np.repeat(
+        np.arange(10),
+        [120, 130, 125, 126, 124, 127, 123, 128, 129, 126])  # 1258 images
     subsets = stratified_label_subsets(labels, 0.01, draws=5, seed=0)
     assert len(subsets) == 5
     for kept in subsets:
@@ -37,12 +38,11 @@ def test_one_label_per_class_puts_the_boundary_midway():
     are symmetric about the mean of the training features (6.5) after
     standardisation, so the logistic regression splits at 6.5 whatever C:
     5 -> 0, 6 -> 0, 7 -> 1, 8 -> 1."""
-    train = torch.tensor([[0.], [1.], [2.], [3.], [10.], [11.], [12.],
-                          [13.]])
+    train = torch.tensor([[0.], [1.], [2.], [3.], [10.], [11.], [12.], [13.]])
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     evals = dict(
-        near=(torch.tensor([[5.], [6.], [7.], [8.]]), torch.tensor([0, 1, 1,
-                                                                    1])),
+        near=(torch.tensor([[5.], [6.], [7.],
+                            [8.]]), torch.tensor([0, 1, 1, 1])),
         far=(torch.tensor([[-4.], [20.]]), torch.tensor([1, 1])))
     acc = linear_probe_accuracy(train, labels, evals, [np.array([0, 7])])
     assert acc == dict(near=[75.0], far=[50.0])
@@ -57,16 +57,15 @@ def test_matches_sklearn_on_standardised_features():
     test = centres[test_labels] + rng.randn(60, 6) * 3
     subsets = stratified_label_subsets(labels, 0.2, draws=3, seed=1)
 
-    acc = linear_probe_accuracy(train, labels, dict(test=(test,
-                                                          test_labels)),
+    acc = linear_probe_accuracy(train, labels, dict(test=(test, test_labels)),
                                 subsets)
 
     mean, std = train.mean(0), train.std(0)
     expected = []
     for kept in subsets:
-        clf = LogisticRegression(C=1.0, max_iter=5000).fit(
-            (train[kept] - mean) / std, labels[kept])
-        expected.append(
-            (clf.predict((test - mean) / std) == test_labels).mean() * 100)
+        clf = LogisticRegression(
+            C=1.0, max_iter=5000).fit((train[kept] - mean) / std, labels[kept])
+        expected.append((clf.predict(
+            (test - mean) / std) == test_labels).mean() * 100)
     assert acc['test'] == pytest.approx(expected)
     assert len(set(acc['test'])) > 1  # the draws differ

@@ -15,8 +15,7 @@ def test_is_the_plain_conv_bn_relu_pool_stack():
     torch.manual_seed(0)
     ref = nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
-        nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3, padding=1,
-                                              bias=False),
+        nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 8, 3, padding=1, bias=False),
         nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(8, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
         nn.ReLU())
