@@ -1,20 +1,21 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """The embedded demo: MoCo v2 pretraining on real images that ship with
-scikit-learn, then weighted-kNN evaluation on held-out images.
+scikit-learn, then what the features are worth on held-out images.
 
-1. Pretrain MoCo v2 twice, without labels, on the 1258 training digits
-   (configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py): with
-   the queue as is, and with `exclude_same_instance=True` (the dataset is
-   smaller than the 4096-key queue, so the queue holds older keys of the
-   query's own image: false negatives).
-2. Encode the training digits (the kNN memory) and the 539 held-out digits,
-   clean and under one fixed random shift/rotation/zoom/contrast change,
-   and classify the held-out digits by weighted kNN (k=20, t=0.07) for:
-   raw pixels, the same encoder at random init, and both MoCo encoders.
-3. Print the table, write results.json and the loss / contrastive accuracy
-   / kNN curves as PNG under the work dir.
+1. Pretrain MoCo v2 without labels on the 1258 training digits, once per
+   seed (the config named by CONFIG below).
+2. Encode the training digits and the 539 held-out digits, clean and under
+   one fixed random shift/rotation/zoom/contrast change, with raw pixels,
+   the same encoder at random init (one per seed) and MoCo (one per seed).
+3. Weighted kNN (k=20, t=0.07, memory = the training digits) on the
+   held-out digits, and label efficiency: a logistic regression on frozen
+   features trained with 1% and 10% of the training labels (stratified
+   draws, the same images for every encoder).
+4. Print the tables (mean ± standard deviation over seeds and draws), write
+   results.json and results.png (bars and curves) under the work dir.
 
-    python tools/demo.py [--work-dir work_dirs/demo] [--epochs 30]
+    python tools/demo.py [--work-dir work_dirs/demo] [--seeds 0 1 2]
+        [--epochs 30]
 """
 import argparse
 import copy
@@ -23,7 +24,9 @@ import os
 import os.path as osp
 import time
 import warnings
+from typing import Dict, List, Sequence
 
+import numpy as np
 import torch
 from mmengine.config import Config
 from mmengine.dataset import default_collate
@@ -35,14 +38,19 @@ from torch.utils.data import DataLoader
 
 import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import KNNMonitorHook
-from mocoplug.evaluation import extract_features, weighted_knn_accuracy
+from mocoplug.evaluation import (extract_features, linear_probe_accuracy,
+                                 stratified_label_subsets,
+                                 weighted_knn_accuracy)
 from mocoplug.registry import DATASETS, MODELS
-from mocoplug.visualization import load_scalars, plot_scalar_curves
+from mocoplug.visualization import load_scalars, plot_results_figure
+from mocoplug.visualization.scalar_curves import series
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
-                  'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
-KNN = dict(topk=(20, ), temperature=0.07)
+                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+KNN = dict(k=20, temperature=0.07)
+# label fraction -> number of stratified draws (few labels vary more)
+LABEL_FRACTIONS = {0.01: 10, 0.1: 3}
 PERTURBATION = dict(
     type='FixedRandomAffine',
     degrees=20,
@@ -50,11 +58,13 @@ PERTURBATION = dict(
     scale=(0.8, 1.2),
     contrast=(0.5, 1.5),
     seed=0)
+RAW, RANDOM, MOCO = 'raw pixels', 'random init', 'MoCo v2'
+TEST_SETS = ('clean', 'perturbed')
 
 
 class EpochPrinter(Hook):
-    """One line per epoch on the console while the run's log stays in its
-    work dir."""
+    """A console line after the first epoch and whenever the kNN monitor
+    has evaluated, while the run's full log stays in its work dir."""
     priority = 'LOWEST'
 
     def __init__(self, label: str):
@@ -64,13 +74,15 @@ class EpochPrinter(Hook):
         self.start = time.time()
 
     def after_train_epoch(self, runner):
+        knn = next((h.last_metrics
+                    for h in runner.hooks if isinstance(h, KNNMonitorHook)),
+                   {})
+        if runner.epoch > 0 and not knn:
+            return
         n = len(runner.train_dataloader)
         hub = runner.message_hub
         loss = hub.get_scalar('train/loss').mean(n)
         acc = hub.get_scalar('train/contrast_acc').mean(n)
-        knn = next((h.last_metrics
-                    for h in runner.hooks if isinstance(h, KNNMonitorHook)),
-                   {})
         knn_text = '  '.join(f'kNN {k} {v:.1f}%' for k, v in knn.items())
         print(
             f'  [{self.label}] epoch {runner.epoch + 1:>2}/'
@@ -82,13 +94,14 @@ class EpochPrinter(Hook):
                 hook.last_metrics = {}
 
 
-def pretrain(cfg: Config, label: str, work_dir: str, exclude: bool):
+def pretrain(cfg: Config, seed: int, work_dir: str):
+    """Pretrain MoCo with ``seed``; return the model and its scalars log."""
     cfg = copy.deepcopy(cfg)
     cfg.work_dir = work_dir
-    cfg.model.queue.exclude_same_instance = exclude
+    cfg.randomness = dict(seed=seed)
     cfg.log_level = 'WARNING'  # the full log is in the work dir
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(EpochPrinter(label))
+    runner.register_hook(EpochPrinter(f'seed {seed}'))
     runner.train()
     return runner.model, load_scalars(work_dir)
 
@@ -121,92 +134,228 @@ def estimate_bn_statistics(model, loader: DataLoader) -> None:
     model.eval()
 
 
-def knn_figures(model, feature_fn=None) -> dict:
-    """kNN top-1 (%) of held-out digits, clean and perturbed."""
-    bank, bank_labels = extract_features(model, digits_loader('train', False),
-                                         feature_fn)
+def encode(model, feature_fn=None) -> Dict[str, tuple]:
+    """(features, labels) of the training digits and of the held-out
+    digits, clean and perturbed."""
+    return dict(
+        train=extract_features(model, digits_loader('train', False),
+                               feature_fn),
+        clean=extract_features(model, digits_loader('test', False),
+                               feature_fn),
+        perturbed=extract_features(model, digits_loader('test', True),
+                                   feature_fn))
+
+
+def knn_figures(feats: Dict[str, tuple]) -> Dict[str, float]:
+    """Weighted kNN top-1 (%) of the held-out digits, clean and
+    perturbed, with the training digits as memory."""
+    bank, bank_labels = feats['train']
+    return {
+        name:
+        weighted_knn_accuracy(*feats[name], bank, bank_labels, 10,
+                              (KNN['k'], ),
+                              KNN['temperature'])[f'top1_k{KNN["k"]}']
+        for name in TEST_SETS
+    }
+
+
+def label_efficiency(feats: Dict[str, tuple],
+                     fractions: Dict[float, int]) -> Dict[str, dict]:
+    """``{'1%': {'clean': [accuracy per draw], 'perturbed': [...]}, ...}``
+    of a logistic regression trained on stratified draws of the training
+    labels (draw seed 0 for every encoder: the same labelled images)."""
+    train, labels = feats['train']
     out = {}
-    for name, perturbed in (('clean', False), ('perturbed', True)):
-        query, labels = extract_features(model,
-                                         digits_loader('test',
-                                                       perturbed), feature_fn)
-        acc = weighted_knn_accuracy(query, labels, bank, bank_labels, 10,
-                                    **KNN)
-        out[name] = acc[f'top1_k{KNN["topk"][0]}']
+    for fraction, draws in fractions.items():
+        subsets = stratified_label_subsets(labels, fraction, draws, seed=0)
+        out[f'{fraction:.0%}'] = linear_probe_accuracy(
+            train, labels, {name: feats[name]
+                            for name in TEST_SETS}, subsets)
     return out
+
+
+def mean_spread(values: Sequence[float]) -> Dict[str, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    values = np.asarray(values, dtype=np.float64)
+    std = values.std(ddof=1) if len(values) > 1 else 0.
+    return dict(mean=float(values.mean()), std=float(std), n=len(values))
+
+
+def summarise(per_encoder: Dict[str, List[dict]]) -> Dict[str, dict]:
+    """Pool the per-run figures of each encoder into mean ± spread.
+
+    ``per_encoder`` maps an encoder to a list (one entry per pretraining
+    seed) of nested dicts whose leaves are a number or a list of numbers
+    (several label draws); all values of a leaf are pooled."""
+
+    def collect(items):
+        if isinstance(items[0], dict):
+            return {k: collect([item[k] for item in items]) for k in items[0]}
+        flat = [v for item in items for v in np.atleast_1d(item)]
+        return mean_spread(flat)
+
+    return {name: collect(runs) for name, runs in per_encoder.items()}
+
+
+def format_tables(summary: Dict[str, dict], seeds: Sequence[int],
+                  fractions: Dict[float, int], num_labels: Dict[str,
+                                                                int]) -> str:
+    """The two tables of the demo, as text."""
+
+    def cell(stat):
+        return f'{stat["mean"]:5.1f} ± {stat["std"]:3.1f}'
+
+    seeds_text = ', '.join(str(s) for s in seeds)
+    lines = [
+        f'weighted kNN top-1 (%) on the 539 held-out digits (k={KNN["k"]}, '
+        f'memory: the 1258 training digits), mean ± std over seeds '
+        f'{seeds_text}', f'{"encoder":<14}{"clean":>14}{"perturbed":>14}'
+    ]
+    for name, stats in summary.items():
+        lines.append(f'{name:<14}' + ''.join(f'{cell(stats["knn"][t]):>14}'
+                                             for t in TEST_SETS))
+    keys = [f'{f:.0%}' for f in fractions]
+    draws = ', '.join(f'{k}: {fractions[f]} draws, {num_labels[k]} labels'
+                      for k, f in zip(keys, fractions))
+    lines += [
+        '', 'linear classifier on frozen features trained with a share of the '
+        'training labels,',
+        f'top-1 (%) on the held-out digits, mean ± std over seeds x label '
+        f'draws ({draws})', f'{"encoder":<14}' + ''.join(f'{f"{k} {t}":>16}'
+                                                         for k in keys
+                                                         for t in TEST_SETS)
+    ]
+    for name, stats in summary.items():
+        lines.append(f'{name:<14}' +
+                     ''.join(f'{cell(stats["linear"][k][t]):>16}' for k in keys
+                             for t in TEST_SETS))
+    return '\n'.join(lines)
+
+
+def figure(summary: Dict[str, dict], runs: Dict[int, List[dict]],
+           fractions: Dict[float, int], path: str) -> str:
+    """Bars of both tables and the loss / kNN curves of every seed."""
+
+    def bars(get):
+        return {
+            name: {
+                t: (get(stats)[t]['mean'], get(stats)[t]['std'])
+                for t in TEST_SETS
+            }
+            for name, stats in summary.items()
+        }
+
+    tables = [('weighted kNN (k=20), held-out digits', 'top-1 (%)',
+               bars(lambda s: s['knn']))]
+    for fraction in fractions:
+        key = f'{fraction:.0%}'
+        tables.append((f'linear classifier, {key} of the labels', 'top-1 (%)',
+                       bars(lambda s, k=key: s['linear'][k])))
+    curves = []
+    for key, title in (('loss', 'InfoNCE loss'),
+                       ('knn/', 'MoCo v2 weighted kNN top-1 (%), clean '
+                        'held-out digits')):
+        lines = {}
+        for seed, records in runs.items():
+            for _, (steps, values) in series(records, key).items():
+                lines[f'seed {seed}'] = (steps, values)
+        curves.append((title, 'iteration', lines))
+    return plot_results_figure(
+        tables, curves, path,
+        'MoCo v2 on scikit-learn digits: features learnt without labels')
+
+
+def load_config(epochs: int = None) -> Config:
+    cfg = Config.fromfile(CONFIG)
+    if epochs:
+        cfg.train_cfg.max_epochs = epochs
+        cfg.param_scheduler[0].T_max = cfg.param_scheduler[0].end = epochs
+    return cfg
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default=osp.join('work_dirs', 'demo'))
+    parser.add_argument(
+        '--seeds',
+        type=int,
+        nargs='+',
+        default=[0, 1, 2],
+        help='one pretraining run per seed')
     parser.add_argument('--epochs', type=int, help='override the epochs')
     args = parser.parse_args(argv)
     warnings.filterwarnings('ignore')
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    cfg = Config.fromfile(CONFIG)
-    if args.epochs:
-        cfg.train_cfg.max_epochs = args.epochs
-        cfg.param_scheduler[0].T_max = cfg.param_scheduler[0].end = \
-            args.epochs
-    started = time.time()
+    cfg = load_config(args.epochs)
+    started, cpu_started = time.time(), time.process_time()
     print(
         f'mocoplug demo: MoCo v2 on scikit-learn digits, '
-        f'{cfg.train_cfg.max_epochs} epochs x 2 runs, work dir '
-        f'{args.work_dir}',
+        f'{cfg.train_cfg.max_epochs} epochs x {len(args.seeds)} seeds, '
+        f'work dir {args.work_dir}',
         flush=True)
-    runs = {}
-    models = {}
-    for label, exclude in (('MoCo v2', False),
-                           ('MoCo v2 + exclude_same_instance', True)):
-        print(f'pretraining {label} (no labels)...', flush=True)
-        sub = 'exclude_same_instance' if exclude else 'plain'
-        models[label], runs[label] = pretrain(cfg, label,
-                                              osp.join(args.work_dir, sub),
-                                              exclude)
-
-    print(
-        'weighted kNN on the 539 held-out digits (memory: 1258 training '
-        'digits, k=20, t=0.07)...',
-        flush=True)
-    with DefaultScope.overwrite_default_scope('mocoplug'):
-        set_random_seed(cfg.randomness.seed)
-        random_init = MODELS.build(
-            dict(cfg.model, data_preprocessor=cfg.data_preprocessor))
-        random_init.init_weights()
-        estimate_bn_statistics(random_init, digits_loader('train', False))
-        results = {
-            'raw pixels': knn_figures(random_init, lambda x: x.flatten(1)),
-            'random init (same encoder)': knn_figures(random_init),
-        }
-        for label, model in models.items():
-            results[label] = knn_figures(model)
-
-    header = f'{"encoder":<34}{"clean":>8}{"perturbed":>11}'
-    print('\n' + header + '\n' + '-' * len(header))
-    for label, acc in results.items():
-        print(f'{label:<34}{acc["clean"]:>7.1f}%{acc["perturbed"]:>10.1f}%')
-    curves = plot_scalar_curves(runs, osp.join(args.work_dir, 'curves'))
+    per_encoder = {RAW: [], RANDOM: [], MOCO: []}
+    runs, seconds = {}, {}
+    for seed in args.seeds:
+        print(f'pretraining MoCo v2, seed {seed} (no labels)...', flush=True)
+        t = time.time()
+        model, runs[seed] = pretrain(cfg, seed,
+                                     osp.join(args.work_dir, f'seed{seed}'))
+        seconds[seed] = round(time.time() - t, 1)
+        with DefaultScope.overwrite_default_scope('mocoplug'):
+            set_random_seed(seed)
+            random_init = MODELS.build(
+                dict(cfg.model, data_preprocessor=cfg.data_preprocessor))
+            random_init.init_weights()
+            estimate_bn_statistics(random_init, digits_loader('train', False))
+            encoders = {RANDOM: encode(random_init), MOCO: encode(model)}
+            if not per_encoder[RAW]:  # raw pixels: the same every seed
+                # the grey levels (the 3 channels are copies of them)
+                encoders[RAW] = encode(random_init,
+                                       lambda x: x[:, :1].flatten(1))
+        for name, feats in encoders.items():
+            per_encoder[name].append(
+                dict(
+                    knn=knn_figures(feats),
+                    linear=label_efficiency(feats, LABEL_FRACTIONS)))
+    train_labels = digits_loader('train', False).dataset
+    num_labels = {
+        f'{f:.0%}': int(np.floor(f * len(train_labels)))
+        for f in LABEL_FRACTIONS
+    }
+    summary = summarise(per_encoder)
+    tables = format_tables(summary, args.seeds, LABEL_FRACTIONS, num_labels)
+    print('\n' + tables)
+    figure_path = figure(summary, runs, LABEL_FRACTIONS,
+                         osp.join(args.work_dir, 'results.png'))
     elapsed = time.time() - started
-    summary = dict(
-        results=results,
+    results = dict(
+        summary=summary,
+        per_seed=per_encoder,
+        seeds=args.seeds,
         knn=dict(
-            k=20,
-            temperature=0.07,
-            memory='train (1258)',
-            queries='test (539)'),
+            KNN, memory='train (1258 digits)', queries='test (539 digits)'),
+        label_fractions={
+            f'{f:.0%}': dict(draws=d, labels=num_labels[f'{f:.0%}'])
+            for f, d in LABEL_FRACTIONS.items()
+        },
+        linear_classifier='sklearn LogisticRegression(C=1) on features '
+        'standardised over all training images',
         perturbation=PERTURBATION,
+        config=osp.relpath(CONFIG, ROOT),
         epochs=cfg.train_cfg.max_epochs,
+        pretrain_seconds=seconds,
         seconds=round(elapsed),
-        curves=curves,
+        cpu_seconds=round(time.process_time() - cpu_started),
+        figure=figure_path,
         torch_threads=torch.get_num_threads())
     os.makedirs(args.work_dir, exist_ok=True)
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
-        json.dump(summary, f, indent=2)
-    print(f'\ncurves: {", ".join(curves)}')
+        json.dump(results, f, indent=2)
+    print(f'\nfigure: {figure_path}')
     print(f'results: {osp.join(args.work_dir, "results.json")}  '
           f'({elapsed / 60:.1f} min)')
-    return summary
+    return results
 
 
 if __name__ == '__main__':

@@ -1,5 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .algorithms import *  # noqa: F401,F403
+from .backbones import *  # noqa: F401,F403
 from .heads import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403
 from .queues import *  # noqa: F401,F403

@@ -16,7 +16,7 @@ PRETRAIN = [
     'mocov2_r50_8xb32-coslr-800e_in1k.py',
     'mocov1_r50_8xb32-steplr-200e_in1k.py',
     'mocov2_r50_8xb32-coslr-200e_folder.py',
-    'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py',
+    'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
 ]
 
 
@@ -109,6 +109,25 @@ def test_folder_variant_reads_unlabelled_images():
     cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
     assert cfg.train_dataloader.dataset.type == 'CustomDataset'
     assert cfg.train_dataloader.dataset.with_label is False
+
+
+def test_digits_demo_recipe():
+    """The recipe measured for the demo (see the config's table)."""
+    cfg = Config.fromfile(config_path(PRETRAIN[-1]))
+    assert cfg.model.backbone == dict(
+        type='SmallConvNet', channels=(32, 64, 128, 256), pool_after=(0, 1, 2))
+    assert cfg.model.neck.in_channels == 256
+    assert cfg.optim_wrapper.optimizer.lr == 0.005
+    assert cfg.model.head.temperature == 0.2
+    assert cfg.model.queue.size == 4096
+    assert cfg.param_scheduler[0].T_max == cfg.train_cfg.max_epochs == 15
+    views = cfg.train_dataloader.dataset.pipeline[0].transforms[0]
+    affine = next(v for v in views if v['type'] == 'torchvision/RandomAffine')
+    # the ranges of the demo's perturbation
+    assert (affine.degrees, affine.translate, affine.scale) == (20, (0.1, 0.1),
+                                                                (0.8, 1.2))
+    kinds = [v['type'] for v in views]
+    assert not any('Flip' in k or 'Crop' in k for k in kinds)
 
 
 @pytest.mark.parametrize('name', PRETRAIN)
