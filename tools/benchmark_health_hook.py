@@ -21,7 +21,7 @@ from mmengine.runner import Runner
 import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import RepresentationHealthHook
 
-DIGITS = 'configs/mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py'
+DIGITS = 'configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
 
 
 def parse_args(argv=None):

@@ -33,7 +33,7 @@ import train as train_tool  # noqa: E402  (tools/train.py's config merging)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DIGITS = osp.join(ROOT, 'configs',
-                  'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 MIB = 1024 * 1024
 
 
