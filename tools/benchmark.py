@@ -52,7 +52,7 @@ from typing import Callable, Dict, List
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from mmengine.logging import MessageHub
+from mmengine.logging import MessageHub, MMLogger
 from mmengine.optim import OptimWrapper
 from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
 from mmpretrain.models.selfsup import MoCoV3 as MMPretrainMoCoV3
@@ -542,6 +542,8 @@ def machine(args) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
+    # init_weights() logs one INFO block per parameter: keep the table legible
+    MMLogger.get_instance('mocoplug_benchmark', log_level='WARNING')
     if args.threads:
         torch.set_num_threads(args.threads)
     runs = []
