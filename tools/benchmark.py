@@ -434,6 +434,8 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     def run_floor(raw):
         floor.step(layout(raw))
 
+    # the models, for tests that check the three compute the same step
+    run_ours.model, run_theirs.model, run_floor.model = ours, theirs, floor
     funcs = dict(ours=run_ours, mmpretrain=run_theirs, floor=run_floor)
     funcs = {name: funcs[name] for name in args.impls}
     return funcs, (ours, hook, wrappers['ours'], samples)
