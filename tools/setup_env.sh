@@ -19,7 +19,8 @@
 #   MOCOPLUG_VENV     venv location (default <repo>/.venv)
 #   MOCOPLUG_CACHE    wheel cache (default ${XDG_CACHE_HOME:-~/.cache}/mocoplug)
 #   PIP_FIND_LINKS    extra folders/URLs with wheels (e.g. a prebuilt mmcv)
-#   MAX_JOBS          parallel compile jobs for mmcv (default: nproc)
+#   MAX_JOBS          parallel compile jobs for mmcv (default: nproc; each
+#                     compiler process takes about 0.6 GiB)
 #
 # Output: one line per step (and the compile's progress); what pip and the
 # compiler print goes to log files under $MOCOPLUG_CACHE/logs, whose tail is
@@ -128,7 +129,7 @@ else
      && mmcv_ok; then
     say "    installed mmcv from a prebuilt wheel"
   else
-    say "    no usable wheel: building mmcv $MMCV_VERSION from source with ops (about 10 min on 2 cores)"
+    say "    no usable wheel: building mmcv $MMCV_VERSION from source with ops (about 15 min on 2 cores)"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     run_logged "$LOGS/4-mmcv-download.log" "$VPY" -m pip download --no-deps --no-binary mmcv \
