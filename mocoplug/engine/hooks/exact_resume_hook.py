@@ -61,13 +61,14 @@ and a sampler whose seed cannot be restored.
 from typing import Any, Dict, Iterator, List, Optional
 
 from mmengine.dist import all_gather_object, get_rank, get_world_size
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
 from mocoplug.utils.random_state import get_random_state, set_random_state
+from .checkpoint_schedule import checkpoint_due
 
 STATE_KEY = 'resume_state'
 STATE_VERSION = 1
@@ -159,25 +160,6 @@ class ExactResumeHook(Hook):
             ranks = all_gather_object(state)
         self._snapshot = dict(epoch=epoch, iter=iteration, ranks=ranks)
 
-    def _checkpoint_due(self, runner: Runner, by_epoch: bool) -> bool:
-        """Whether a CheckpointHook saves at this epoch end / iteration
-        (the same test as CheckpointHook's)."""
-        for hook in runner.hooks:
-            if not isinstance(hook, CheckpointHook) or \
-                    hook.by_epoch != by_epoch:
-                continue
-            if by_epoch:
-                periodic = hook.every_n_epochs(runner, hook.interval,
-                                               hook.save_begin)
-                last = hook.is_last_train_epoch(runner)
-            else:
-                periodic = hook.every_n_train_iters(runner, hook.interval,
-                                                    hook.save_begin)
-                last = hook.is_last_train_iter(runner)
-            if periodic or (hook.save_last and last):
-                return True
-        return False
-
     # ---- training ------------------------------------------------------
     def before_train(self, runner: Runner) -> None:
         loop = runner.train_loop
@@ -235,7 +217,7 @@ class ExactResumeHook(Hook):
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
         if self._mode == 'iter':
-            if self._checkpoint_due(runner, by_epoch=False):
+            if checkpoint_due(runner, by_epoch=False):
                 self._take_snapshot(
                     runner, runner.epoch, runner.iter + 1, gather=True)
 
@@ -247,7 +229,7 @@ class ExactResumeHook(Hook):
                 runner,
                 runner.epoch + 1,
                 runner.iter,
-                gather=self._checkpoint_due(runner, by_epoch=True))
+                gather=checkpoint_due(runner, by_epoch=True))
 
     # ---- checkpoints ---------------------------------------------------
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:

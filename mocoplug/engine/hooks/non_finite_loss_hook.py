@@ -3,11 +3,12 @@ import math
 from typing import Dict, List, Optional, Sequence
 
 import torch
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import HOOKS
+from .checkpoint_schedule import checkpoint_due
 
 ADVICE = (
     'What to try: a lower learning rate (optim_wrapper.optimizer.lr); a '
@@ -94,7 +95,7 @@ class NonFiniteLossHook(Hook):
             if 'loss' in values:
                 self.last_finite_loss = values['loss']
                 self.last_finite_iter = runner.iter + 1
-        if self.check_weights_before_save and self._checkpoint_due(
+        if self.check_weights_before_save and checkpoint_due(
                 runner, by_epoch=False):
             self._check_weights(runner, self._model_state(runner),
                                 self._where(runner, batch_idx))
@@ -104,7 +105,7 @@ class NonFiniteLossHook(Hook):
         # Checked here, before CheckpointHook runs: it deletes the oldest
         # kept checkpoint before it saves (max_keep_ckpts), which a refusal
         # in before_save_checkpoint would come too late to prevent.
-        if self.check_weights_before_save and self._checkpoint_due(
+        if self.check_weights_before_save and checkpoint_due(
                 runner, by_epoch=True):
             # runner.iter counts the epoch's last iteration by now
             self._check_weights(
@@ -185,28 +186,6 @@ class NonFiniteLossHook(Hook):
         last = runner.message_hub.get_info('last_ckpt')
         return (f'the latest checkpoint is {last}'
                 if last else 'no checkpoint had been written in this run')
-
-    @staticmethod
-    def _checkpoint_due(runner: Runner, by_epoch: bool) -> bool:
-        """Whether a CheckpointHook saves at the end of this iteration
-        (``by_epoch=False``) or epoch (``by_epoch=True``)."""
-        for hook in runner.hooks:
-            if not isinstance(hook, CheckpointHook) or \
-                    hook.by_epoch != by_epoch:
-                continue
-            if by_epoch:
-                due = hook.every_n_epochs(
-                    runner, hook.interval,
-                    hook.save_begin) or (hook.save_last
-                                         and hook.is_last_train_epoch(runner))
-            else:
-                due = hook.every_n_train_iters(
-                    runner, hook.interval,
-                    hook.save_begin) or (hook.save_last
-                                         and hook.is_last_train_iter(runner))
-            if due:
-                return True
-        return False
 
     @staticmethod
     def _model_state(runner: Runner) -> Dict[str, torch.Tensor]:

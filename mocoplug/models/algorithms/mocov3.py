@@ -49,9 +49,6 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         queue (dict, optional): Config of a negative-key queue to use
             instead of in-batch negatives. Defaults to None.
 
-    The channels of backbone -> neck -> predictor and the queue's ``dim``
-    are checked at construction
-    (:func:`~mocoplug.models.utils.check_feature_dims`).
         pretrained (str, optional): Checkpoint of the whole model to load.
         data_preprocessor (dict, optional): Config of the data preprocessor;
             ``SelfSupDataPreprocessor`` if no type is given.
