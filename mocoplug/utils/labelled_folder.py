@@ -22,8 +22,9 @@ from typing import Any, List
 
 from mmengine.config import Config
 
-#: The image files mmpretrain's CustomDataset reads.
-IMG_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
+# The image files mmpretrain's CustomDataset reads (from its signature).
+from mocoplug.datasets.image_check import IMAGE_EXTENSIONS as IMG_EXTENSIONS
+
 
 
 def labelled_folder_classes(folder: str) -> List[str]:
