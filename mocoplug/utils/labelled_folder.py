@@ -26,7 +26,6 @@ from mmengine.config import Config
 from mocoplug.datasets.image_check import IMAGE_EXTENSIONS as IMG_EXTENSIONS
 
 
-
 def labelled_folder_classes(folder: str) -> List[str]:
     """The classes of a labelled folder, with a clear error when it is not
     one (missing, no class sub-folders, no images).

@@ -91,6 +91,7 @@ def test_none_switches_off_mocoplug_default_hooks(load_tool):
         Runner.__new__(Runner).register_default_hooks(
             dict(exact_resume=None))
 
+
 def test_cpu_ddp_does_not_broadcast_buffers(load_tool, monkeypatch):
     """Broadcasting buffers would send MoCo's whole K x C queue from rank 0
     to every rank at each forward; mmengine's GPU default is off too."""
