@@ -150,7 +150,9 @@ custom_hooks = [
 # kept the loss above ln(K) (table above). MoCo v2's wd 1e-4.
 optim_wrapper = dict(
     type='OptimWrapper',
-    optimizer=dict(type='SGD', lr=0.005, momentum=0.9, weight_decay=1e-4))
+    # fused: torch's one-pass SGD kernel, bit-identical to the default on CPU
+    optimizer=dict(
+        type='SGD', lr=0.005, momentum=0.9, weight_decay=1e-4, fused=True))
 param_scheduler = [
     dict(type='CosineAnnealingLR', T_max=15, by_epoch=True, begin=0, end=15)
 ]

@@ -28,7 +28,7 @@ def test_mocov2_200e_recipe():
     cfg = Config.fromfile(config_path('mocov2_r50_8xb32.py'))
     assert cfg.default_scope == 'mocoplug'
     assert cfg.optim_wrapper.optimizer == dict(
-        type='SGD', lr=0.03, momentum=0.9, weight_decay=1e-4)
+        type='SGD', lr=0.03, momentum=0.9, weight_decay=1e-4, fused=True)
     assert cfg.param_scheduler[0].type == 'CosineAnnealingLR'
     assert cfg.param_scheduler[0].T_max == cfg.train_cfg.max_epochs == 200
     assert cfg.train_dataloader.batch_size == 32
