@@ -164,9 +164,10 @@ class MoCo(BaseMomentumSelfSupervisor):
         ids = None
         if self.queue.exclude_same_instance:
             ids = sample_indices(data_samples, im_q.device)
-        pos = (query * key).sum(dim=1, keepdim=True)
-        neg = self.queue.logits(query)  # the queue itself, no copy
-        losses = self.head.loss(pos, neg, self.queue.same_instance_mask(ids))
+        mask = self.queue.same_instance_mask(ids)
+        # The queue itself, no copy; the head forms no (N, K + 1) logits.
+        losses = self.head.loss_against(query, key, self.queue.read(query),
+                                        mask)
         self.stash_for_monitor((query, ), (key, ))
         # Written once this step's backward is done (see NegativeKeyQueue).
         self.queue.enqueue(key, ids)

@@ -105,15 +105,16 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         # Similarities in float32 (also under autocast): no overflow at 1/t.
         query = F.normalize(query.float(), dim=1)
         key = F.normalize(key.float(), dim=1)
-        pos = (query * key).sum(dim=1, keepdim=True)
         if self.queue is not None:
             if self.queue.dim != query.shape[1]:
                 raise ValueError(
                     f'MoCoV3: queue.dim={self.queue.dim} but the projector '
                     f'and predictor output {query.shape[1]} channels; set '
                     "the queue's `dim` to the neck's out_channels.")
-            neg = self.queue.logits(query)  # the queue itself, no copy
-            return self.head.loss(pos, neg, self.queue.same_instance_mask(ids))
+            mask = self.queue.same_instance_mask(ids)
+            # the queue itself, no copy
+            return self.head.loss_against(query, key, self.queue.read(query),
+                                          mask)
         # In-batch negatives of the global batch; the positive's column is
         # masked out of the negatives (it is already `pos`).
         n = query.shape[0]
@@ -125,12 +126,11 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                 f'ranks with {n} queries each; every rank must hold the '
                 'same number of images per batch (use DefaultSampler and '
                 'the same batch_size on all ranks).')
-        with torch.autocast(query.device.type, enabled=False):
-            neg = query @ keys.t()
-        mask = torch.zeros_like(neg, dtype=torch.bool)
-        rows = torch.arange(n, device=neg.device)
+        mask = torch.zeros(
+            n, keys.shape[0], dtype=torch.bool, device=query.device)
+        rows = torch.arange(n, device=query.device)
         mask[rows, rows + n * get_rank()] = True
-        return self.head.loss(pos, neg, mask)
+        return self.head.loss_against(query, key, keys, mask)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:

@@ -3,8 +3,10 @@ from typing import Dict, List, Optional, Union
 
 import torch
 from mmengine.model import BaseModule
+from mmpretrain.models.losses import CrossEntropyLoss
 
 from mocoplug.registry import MODELS
+from ..utils.fused_info_nce import fused_info_nce
 
 
 @MODELS.register_module()
@@ -26,6 +28,12 @@ class InfoNCEHead(BaseModule):
     Negatives flagged by ``neg_mask`` (e.g. older keys of the query's own
     image, or the positive itself when the negatives are the gathered batch
     as in MoCo v3) are removed from both the loss and the accuracy.
+
+    Two entry points: :meth:`loss` takes the similarities (any loss config),
+    :meth:`loss_against` the embeddings and the bank of negative keys (the
+    queue); with the default loss it computes the same value without the
+    (N, K + 1) logits tensor (:func:`~mocoplug.models.utils.fused_info_nce`),
+    which at K = 65536 saves most of the loss's time.
 
     Args:
         temperature (float): Temperature t (0.07 for MoCo v1, 0.2 for v2).
@@ -80,3 +88,50 @@ class InfoNCEHead(BaseModule):
             hits = neg.max(dim=1).values < pos.squeeze(1)
             acc = hits.float().mean() * 100
         return dict(loss=loss, contrast_acc=acc)
+
+    def loss_against(
+            self,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            negatives: torch.Tensor,
+            neg_mask: Optional[torch.Tensor] = None
+    ) -> Dict[str, torch.Tensor]:
+        """The loss and accuracy of :meth:`loss` from the embeddings.
+
+        With the default loss (mmpretrain's ``CrossEntropyLoss``, softmax,
+        mean, no class weights; any ``loss_weight``) and keys that need no
+        gradient, the fused computation is used; otherwise the similarities
+        are formed and passed to :meth:`loss`.
+
+        Args:
+            query (torch.Tensor): L2-normalised queries (N, C).
+            key (torch.Tensor): Their L2-normalised positive keys (N, C).
+            negatives (torch.Tensor): The negative keys (M, C), e.g. the
+                queue's buffer (read, never copied).
+            neg_mask (torch.Tensor, optional): Bool (N, M), True for the
+                negatives to leave out. Defaults to None.
+
+        Returns:
+            Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc`` (percent,
+            detached).
+        """
+        if self._fusable() and not (key.requires_grad
+                                    or negatives.requires_grad):
+            loss, hits = fused_info_nce(query, key, negatives,
+                                        self.temperature, neg_mask)
+            loss_weight = self.loss_module.loss_weight
+            if loss_weight != 1:
+                loss = loss * loss_weight
+            return dict(loss=loss, contrast_acc=hits.float().mean() * 100)
+        with torch.autocast(query.device.type, enabled=False):
+            pos = (query * key).sum(dim=1, keepdim=True)
+            neg = query @ negatives.to(query.dtype).t()
+        return self.loss(pos, neg, neg_mask)
+
+    def _fusable(self) -> bool:
+        """Whether the loss config is the plain softmax cross-entropy that
+        :func:`fused_info_nce` computes."""
+        loss = self.loss_module
+        return (type(loss) is CrossEntropyLoss and not loss.use_sigmoid
+                and not loss.use_soft and loss.reduction == 'mean'
+                and loss.class_weight is None)

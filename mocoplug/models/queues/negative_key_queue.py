@@ -27,15 +27,15 @@ class NegativeKeyQueue(BaseModule):
     stored keys are persistent buffers, so checkpoints and ``--resume``
     carry the queue.
 
-    No copy of the queue per step: :meth:`logits` multiplies the queries
-    with the buffer itself, and the backward pass needs those very keys. So
+    No copy of the queue per step: :meth:`read` and :meth:`logits` give the
+    loss the buffer itself, and the backward pass needs those very keys. So
     a batch given to :meth:`enqueue` while such a backward is still to come
     is held back and written as soon as the last one has run (a hook on the
-    autograd node of the logits). After a training step (loss, backward)
+    gradient of the reading queries). After a training step (loss, backward)
     the buffers therefore hold the new keys, exactly as before; the keys of
     step t are negatives from step t + 1 on. Keys still held back when the
-    next :meth:`logits` or :meth:`same_instance_mask` is called (a loss
-    computed without a backward) are written first, and
+    next :meth:`read`, :meth:`logits` or :meth:`same_instance_mask` is
+    called (a loss computed without a backward) are written first, and
     :meth:`state_dict` saves the queue as it is once they are written, so a
     checkpoint never misses them. Should the buffer be needed by a backward
     after it was written anyway (two losses computed, then one backward),
@@ -102,13 +102,35 @@ class NegativeKeyQueue(BaseModule):
         """
         return self.keys
 
+    def read(self, query: torch.Tensor) -> torch.Tensor:
+        """The queued keys (K, C) for a loss of ``query``: the buffer itself
+        (:meth:`forward`), no copy.
+
+        Keys given to :meth:`enqueue` afterwards are held back until the
+        gradient of ``query`` has been computed: by then every part of the
+        backward pass that reads the keys to compute it (e.g. the logits'
+        matmul, or :func:`~mocoplug.models.utils.fused_info_nce`) has run.
+        Use the keys only in computations that ``query`` enters.
+
+        Args:
+            query (torch.Tensor): The queries whose loss reads the keys.
+
+        Returns:
+            torch.Tensor: The keys, shape (K, C).
+        """
+        self.flush()
+        if query.requires_grad:
+            self._readers += 1
+            query.register_hook(self._reader_hook())
+        return self()
+
     def logits(self, query: torch.Tensor) -> torch.Tensor:
         """Similarities of queries with every queued key, ``query @ keys.T``.
 
         Computed in ``float32`` with autocast off (the keys are never cast
         or copied). Until the backward pass through the result has run,
         :meth:`enqueue` holds new keys back instead of overwriting the ones
-        that backward needs.
+        that backward needs (see :meth:`read`).
 
         Args:
             query (torch.Tensor): L2-normalised queries of shape (N, C).
@@ -117,20 +139,16 @@ class NegativeKeyQueue(BaseModule):
             torch.Tensor: Float32 logits of shape (N, K), before the
             temperature.
         """
-        self.flush()
+        keys = self.read(query)
         with torch.autocast(query.device.type, enabled=False):
-            neg = query.float() @ self().t()
-        if neg.requires_grad:
-            self._readers += 1
-            neg.grad_fn.register_hook(self._reader_hook())
-        return neg
+            return query.float() @ keys.t()
 
     def _reader_hook(self):
-        """A post-hook for the autograd node of :meth:`logits`: once it has
-        run, that backward no longer needs the keys."""
+        """A hook on the gradient of a reading query: once it is computed,
+        that backward no longer needs the keys."""
         generation, fired = self._generation, []
 
-        def hook(grad_inputs, grad_outputs):
+        def hook(grad):
             if fired or generation != self._generation:
                 return  # a second backward (retain_graph) or a stale graph
             fired.append(True)
@@ -144,9 +162,10 @@ class NegativeKeyQueue(BaseModule):
     def flush(self) -> None:
         """Write the keys still held back (see the class notes) now.
 
-        Called at the start of every step by :meth:`logits` and
-        :meth:`same_instance_mask`; a backward still to come through older
-        logits can then no longer run (autograd says so).
+        Called at the start of every step by :meth:`read` (and so
+        :meth:`logits`) and :meth:`same_instance_mask`; a backward still to
+        come through older logits can then no longer run (autograd says
+        so).
         """
         if self._pending:
             self._generation += 1

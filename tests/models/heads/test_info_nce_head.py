@@ -74,3 +74,46 @@ def test_loss_weight_scales_the_loss():
 def test_bad_temperature():
     with pytest.raises(ValueError, match='temperature'):
         InfoNCEHead(temperature=0)
+
+
+def _embeddings(n=6, m=40, c=8):
+    gen = torch.Generator().manual_seed(3)
+    return (torch.nn.functional.normalize(
+        torch.randn(s, c, generator=gen), dim=1) for s in (n, n, m))
+
+
+@pytest.mark.parametrize('loss_weight', [1.0, 0.4])
+def test_loss_against_the_bank_equals_the_loss_of_the_similarities(
+        loss_weight):
+    query, key, bank = _embeddings()
+    key[:3] = query[:3]  # three positives win
+    mask = torch.zeros(6, 40, dtype=torch.bool)
+    mask[1, 5] = mask[4, 0] = True
+    head = InfoNCEHead(
+        temperature=0.2,
+        loss=dict(type='CrossEntropyLoss', loss_weight=loss_weight))
+    q1, q2 = query.clone().requires_grad_(), query.clone().requires_grad_()
+    fused = head.loss_against(q1, key, bank, mask)
+    plain = head.loss((q2 * key).sum(1, keepdim=True), q2 @ bank.t(), mask)
+    # the fused computation ran (no (N, K + 1) logits in the graph)
+    node = fused['loss'].grad_fn
+    if loss_weight != 1:
+        node = node.next_functions[0][0]
+    assert type(node).__name__ == '_InfoNCEAgainstBankBackward'
+    torch.testing.assert_close(fused['loss'], plain['loss'])
+    assert fused['contrast_acc'].item() == plain['contrast_acc'].item() == 50
+    fused['loss'].backward()
+    plain['loss'].backward()
+    torch.testing.assert_close(q1.grad, q2.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_loss_against_other_loss_configs_uses_the_similarities():
+    query, key, bank = _embeddings()
+    head = InfoNCEHead(
+        temperature=0.2, loss=dict(type='CrossEntropyLoss', reduction='sum'))
+    out = head.loss_against(query, key, bank)
+    ref = head.loss((query * key).sum(1, keepdim=True), query @ bank.t())
+    torch.testing.assert_close(out['loss'], ref['loss'])
+    # summed over the 6 queries: 6 x the mean of the default loss
+    mean = InfoNCEHead(temperature=0.2).loss_against(query, key, bank)
+    torch.testing.assert_close(out['loss'], 6 * mean['loss'])

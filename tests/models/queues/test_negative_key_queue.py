@@ -7,6 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 from mocoplug.models import NegativeKeyQueue
+from mocoplug.models.utils.fused_info_nce import fused_info_nce
 
 
 def reference_queue(queue: NegativeKeyQueue, batches):
@@ -78,6 +79,33 @@ def test_logits_hold_new_keys_back_until_their_backward_has_run():
     assert torch.equal(query.grad, weight @ before)  # the old keys
     assert torch.equal(queue.keys, expected)
     assert int(queue.ptr) == expected_ptr
+
+
+def test_read_holds_new_keys_back_until_the_query_gradient_is_computed():
+    """The fused loss reads the buffer (no logits node of the queue's own):
+    keys enqueued after read() are written once the gradient of the query
+    has been computed, and that gradient used the old keys."""
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=5, dim=3)
+    before = queue.keys.clone()
+    leaf = torch.randn(2, 3, requires_grad=True)
+    query = torch.nn.functional.normalize(leaf, dim=1)  # a non-leaf
+    key = torch.nn.functional.normalize(torch.randn(2, 3), dim=1)
+    keys = queue.read(query)
+    assert keys is queue.keys  # no copy
+    loss, _ = fused_info_nce(query, key, keys, 0.2)
+    new = torch.randn(3, 3)
+    expected, expected_ptr = reference_queue(queue, [new])
+    queue.enqueue(new)
+    assert torch.equal(queue.keys, before) and int(queue.ptr) == 0
+    loss.backward()
+    assert torch.equal(queue.keys, expected)
+    assert int(queue.ptr) == expected_ptr
+    ref_leaf = leaf.detach().clone().requires_grad_()
+    fused_info_nce(
+        torch.nn.functional.normalize(ref_leaf, dim=1), key, before,
+        0.2)[0].backward()
+    assert torch.equal(leaf.grad, ref_leaf.grad)  # the old keys
 
 
 def test_two_logits_one_backward_waits_for_both():
