@@ -13,17 +13,29 @@ training does per iteration: data preprocessing (uint8 -> normalised float),
 query forward and backward, key forward, logits and loss, optimizer step
 (SGD, lr 0.03, momentum 0.9, wd 1e-4), momentum update and queue update.
 
+The optimizer (``--optimizer``): by default each implementation steps as its
+own configs make it step. mocoplug's configs ask for torch's fused SGD
+kernel (bit-identical updates on CPU, tested), mmpretrain's MoCo configs for
+torch's default SGD (a per-tensor loop on CPU, foreach kernels on CUDA);
+the floor, the cheapest known way to do the math, uses the fused kernel.
+``--optimizer fused`` (or ``default``) gives all three the same kernel, to
+compare the MoCo implementations alone.
+
 - ours: mocoplug's ``MoCo`` (v1/v2) or ``MoCoV3``, ``model.train_step``
   with an mmengine ``OptimWrapper``, then ``MomentumUpdateHook.update``
   (what the hook does after every iteration).
 - mmpretrain: mmpretrain 1.2.0's ``MoCo`` / ``MoCoV3``, ``train_step`` with
   the same optim wrapper (its momentum update runs inside its forward;
   its ``momentum=0.001`` is our m = 0.999, and 0.01 is our 0.99).
-- floor: the same network modules (copies of ours) in a plain loop:
-  normalise, query forward, key forward under no_grad, float32 logits
-  against a preallocated queue, cross-entropy, backward, SGD step, one fused
-  ``torch._foreach_lerp_`` momentum update, then the keys written into the
-  queue in place (after the step, so nothing is copied).
+- floor: the same network modules (copies of ours) in a plain loop, each
+  piece done the cheapest way we know: normalise, query forward, key
+  forward under no_grad, the InfoNCE loss against a preallocated queue in
+  float32 by ``fused_info_nce`` (no (N, 1 + K) logits tensor; the textbook
+  ``cat`` + ``cross_entropy`` costs about twice as much at K = 65536),
+  backward, fused SGD step, one fused ``torch._foreach_lerp_`` momentum
+  update, then the keys written into the queue in place (after the step, so
+  nothing is copied). MoCo v3's floor uses the textbook cross-entropy (its
+  in-batch logits are small).
 
 Shuffle BN in one process: mmpretrain's MoCo always calls
 ``batch_shuffle_ddp``, which in a single process permutes the key batch and
@@ -61,6 +73,7 @@ from mmpretrain.structures import DataSample
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
+from mocoplug.models.utils.fused_info_nce import fused_info_nce
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
@@ -113,6 +126,13 @@ def parse_args(argv=None):
         type=int,
         default=4096,
         help='hidden width of the MoCo v3 MLPs')
+    parser.add_argument(
+        '--optimizer',
+        choices=['shipped', 'fused', 'default'],
+        default='shipped',
+        help="SGD kernel: 'shipped' = what each implementation's configs "
+        "use (ours and the floor torch's fused SGD, mmpretrain torch's "
+        "default); 'fused' or 'default' = that one for all three")
     parser.add_argument('--breakdown', choices=['on', 'off'], default='on')
     parser.add_argument(
         '--threads',
@@ -235,20 +255,30 @@ def copy_state(src: nn.Module, dst: nn.Module) -> None:
         tensor.copy_(value)
 
 
-def sgd(params) -> torch.optim.Optimizer:
+def sgd(params, fused: bool) -> torch.optim.Optimizer:
     return torch.optim.SGD([p for p in params if p.requires_grad],
                            lr=0.03,
                            momentum=0.9,
-                           weight_decay=1e-4)
+                           weight_decay=1e-4,
+                           fused=fused or None)
 
 
-def optim_wrapper(model: nn.Module, args) -> OptimWrapper:
+def uses_fused_sgd(impl: str, args) -> bool:
+    """Whether an implementation steps with torch's fused SGD kernel (see
+    ``--optimizer``)."""
+    if args.optimizer == 'shipped':
+        return impl != 'mmpretrain'
+    return args.optimizer == 'fused'
+
+
+def optim_wrapper(model: nn.Module, args, impl: str) -> OptimWrapper:
+    optimizer = sgd(model.parameters(), uses_fused_sgd(impl, args))
     if args.amp == 'off':
-        return OptimWrapper(optimizer=sgd(model.parameters()))
+        return OptimWrapper(optimizer=optimizer)
     if args.device == 'cuda':
         from mmengine.optim import AmpOptimWrapper
-        return AmpOptimWrapper(optimizer=sgd(model.parameters()))
-    return BF16OptimWrapper(optimizer=sgd(model.parameters()))
+        return AmpOptimWrapper(optimizer=optimizer)
+    return BF16OptimWrapper(optimizer=optimizer)
 
 
 # ----------------------------------------------------------------- floor
@@ -267,7 +297,7 @@ class FloorMoCo(nn.Module):
         self.register_buffer('queue', ours.queue.keys.clone())
         self.ptr = 0
         self.tau, self.momentum = tau, momentum
-        self.optimizer = sgd(self.parameters())
+        self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
         self.online = list(self.backbone.parameters()) + list(
             self.neck.parameters())
         self.target = list(self.key_encoder.parameters())
@@ -282,12 +312,7 @@ class FloorMoCo(nn.Module):
             with torch.no_grad():
                 k = self.key_encoder[1](self.key_encoder[0](im_k))[0]
         q, k = F.normalize(q.float(), dim=1), F.normalize(k.float(), dim=1)
-        with torch.autocast(q.device.type, enabled=False):
-            logits = torch.cat(
-                [(q * k).sum(1, keepdim=True), q @ self.queue.t()],
-                dim=1).div_(self.tau)
-        loss = F.cross_entropy(
-            logits, torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
+        loss, _ = fused_info_nce(q, k, self.queue, self.tau)
         self.optimizer.zero_grad(set_to_none=True)
         self.amp.backward_step(loss, self.optimizer)
         with torch.no_grad():
@@ -309,7 +334,7 @@ class FloorMoCoV3(nn.Module):
             copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
         self.key_encoder.requires_grad_(False)
         self.tau, self.momentum = tau, momentum
-        self.optimizer = sgd(self.parameters())
+        self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
         self.online = list(self.backbone.parameters()) + list(
             self.neck.parameters())
         self.target = list(self.key_encoder.parameters())
@@ -411,7 +436,8 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     hook = MomentumUpdateHook(momentum=momentum)
     hook.attach(ours)
     wrappers = dict(
-        ours=optim_wrapper(ours, args), mmpretrain=optim_wrapper(theirs, args))
+        ours=optim_wrapper(ours, args, 'ours'),
+        mmpretrain=optim_wrapper(theirs, args, 'mmpretrain'))
     samples = [
         DataSample(metainfo=dict(sample_idx=i)) for i in range(args.batch)
     ]
@@ -493,9 +519,7 @@ def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
                 query = F.normalize(feat.float(), dim=1)
                 key = model.encode_keys(im_k)
                 mark('key forward (incl. Shuffle BN)')
-                pos = (query * key).sum(dim=1, keepdim=True)
-                neg = queue.logits(query)
-                losses = model.head.loss(pos, neg, None)
+                losses = model.head.loss_against(query, key, queue.read(query))
                 loss, _ = model.parse_losses(losses)
                 mark('logits + loss forward')
                 queue.enqueue(key)
@@ -608,13 +632,20 @@ def print_run(run, args) -> None:
           f'| {total:.2f} | |')
 
 
+OPTIMIZER_NOTE = dict(
+    shipped='as shipped (ours and floor fused, mmpretrain torch default)',
+    fused='fused for all three',
+    default='torch default for all three')
+
+
 def print_table(runs, args) -> None:
     print(f'\n{machine(args)}; {args.backbone}, {args.img_size} px, batch '
           f'{args.batch}, amp {args.amp}, channels_last '
           f'{args.channels_last}, median of {args.steps} steps after '
           f'{args.warmup} warm-up, round-robin, one process. Shuffle BN: '
-          'none in all (single process, see --help). Ratios: of the '
-          'medians (median of the per-round ratios).')
+          'none in all (single process, see --help). SGD kernel: '
+          f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
+          '(median of the per-round ratios).')
     names = [n for n in ('ours', 'mmpretrain', 'floor') if n in args.impls]
     header = '| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)'
                                           for n in names)
