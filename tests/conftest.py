@@ -12,6 +12,14 @@ torch.set_num_threads(2)
 _RUN_IDS = itertools.count()
 
 
+def unique_experiment_name(prefix: str) -> str:
+    """An experiment name no other Runner of the session has. mmengine
+    names a run after its config and the second it starts, and runners of
+    one name share a MessageHub (and its loss history): two short runs in
+    the same second would mix their logs."""
+    return f'{os.path.basename(str(prefix))}-{os.getpid()}-{next(_RUN_IDS)}'
+
+
 @pytest.fixture
 def tiny_runner_cfg():
     """A config for an mmengine Runner training a linear model on random
@@ -37,7 +45,7 @@ def tiny_runner_cfg():
                 logger=dict(type='LoggerHook', interval=1)),
             env_cfg=dict(dist_cfg=dict(backend='gloo')),
             log_level='WARNING',
-            experiment_name=f'{os.path.basename(work_dir)}-{next(_RUN_IDS)}',
+            experiment_name=unique_experiment_name(work_dir),
             default_scope='mocoplug')
         cfg.update(overrides)
         return Config(cfg)
@@ -148,7 +156,7 @@ def tiny_moco_runner_cfg():
             env_cfg=dict(dist_cfg=dict(backend='gloo')),
             randomness=dict(seed=0),
             log_level='WARNING',
-            experiment_name=f'{os.path.basename(work_dir)}-{next(_RUN_IDS)}',
+            experiment_name=unique_experiment_name(work_dir),
             default_scope='mocoplug')
         cfg.update(overrides)
         return Config(cfg)

@@ -12,6 +12,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 
 from mocoplug.registry import HOOKS
+from ...conftest import unique_experiment_name
 
 ROOT = os.path.dirname(
     os.path.dirname(
@@ -60,6 +61,7 @@ def build_cfg(load_tool,
         argv += ['--resume', str(resume_from)]
     cfg = train.merge_args(Config.fromfile(CONFIG), train.parse_args(argv))
     cfg.log_level = 'WARNING'
+    cfg.experiment_name = unique_experiment_name(work_dir)
     cfg.randomness = dict(seed=0, deterministic=True)
     loader = cfg.train_dataloader
     loader.batch_size = BATCH

@@ -12,6 +12,7 @@ from mmengine.runner import Runner
 
 from mocoplug.engine.hooks import NonFiniteLossError, NonFiniteLossHook
 from mocoplug.registry import HOOKS
+from ...conftest import unique_experiment_name
 
 ROOT = os.path.dirname(
     os.path.dirname(
@@ -65,6 +66,7 @@ def test_digits_config_with_huge_lr_stops_at_the_first_nan(
     cfg.default_hooks.pop('non_finite_loss')
     cfg.custom_hooks = cfg.custom_hooks[:1]  # no kNN monitor
     cfg.train_cfg.max_epochs = 1
+    cfg.experiment_name = unique_experiment_name('ref')
     ref = Runner.from_cfg(cfg)
     ref.train()
     losses = ref.message_hub.get_scalar('train/loss').data[0].tolist()
