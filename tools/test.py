@@ -16,7 +16,8 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import drop_disabled_default_hooks, fill_data_root
+from mocoplug.utils import (drop_disabled_default_hooks, fill_data_root,
+                            leave_process_group)
 
 
 def parse_args(argv=None):
@@ -66,6 +67,7 @@ def main(argv=None):
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
         Runner.from_cfg(cfg)
     metrics = runner.test()
+    leave_process_group()  # or a rank may abort at exit (see its doc)
     if args.out:
         with open(args.out, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items()}, f, indent=2)

@@ -21,7 +21,7 @@ from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
 from mocoplug.utils import (drop_disabled_default_hooks, fill_data_root,
-                            fill_pretrained)
+                            fill_pretrained, leave_process_group)
 
 
 def parse_args(argv=None):
@@ -162,6 +162,7 @@ def main(argv=None):
     else:
         runner = Runner.from_cfg(cfg)
     runner.train()
+    leave_process_group()  # or a rank may abort at exit (see its doc)
     return runner
 
 

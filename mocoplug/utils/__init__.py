@@ -6,11 +6,12 @@ from .disabled_hooks import drop_disabled_default_hooks
 from .labelled_folder import fill_data_root, labelled_folder_classes
 from .mmcv_compat import patch_adjust_hue
 from .pretrained import fill_pretrained
+from .process_group import leave_process_group
 from .setup_env import register_all_modules
 
 __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
     'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
     'register_all_modules', 'fill_data_root', 'labelled_folder_classes',
-    'drop_disabled_default_hooks'
+    'drop_disabled_default_hooks', 'leave_process_group'
 ]
