@@ -17,8 +17,8 @@ class BF16OptimWrapper(OptimWrapper):
     wrapper on CPU. bfloat16 has the exponent range of float32, so no loss
     scaling is needed: backward and step are those of ``OptimWrapper``.
     The forward runs under ``torch.autocast(dtype=torch.bfloat16)`` on the
-    device of the model's parameters. MoCo's queue and logits stay float32
-    (see ``NegativeKeyQueue.logits``).
+    device of the model's parameters. MoCo's queue, similarities and loss
+    stay float32 (see ``NegativeKeyQueue`` and ``fused_info_nce``).
     """
 
     @contextmanager
