@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import os
-import socket
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mocoplug.detection import DetectionPreciseBNHook, precise_bn_stats
 from mocoplug.detection.precise_bn_hook import min_across_processes
+from ..gloo import free_port, join_gloo_group
 from .conftest import unique_name
 
 
@@ -81,8 +81,7 @@ def test_no_batch_norm_or_no_data_changes_nothing():
 
 def _two_ranks_worker(rank: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
-    dist.init_process_group(
-        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    join_gloo_group(rank, port)
     model = BNModel().train()
     # rank r sees (r + 1) * (c + 1) in channel c, and has 2 + r batches
     value = (rank + 1) * torch.arange(1., 4.).view(1, 3, 1, 1)
@@ -100,10 +99,7 @@ def test_statistics_are_averaged_across_processes(tmp_path):
     """Both ranks run as many batches (the fewest any rank has, so that a
     SyncBN forward never waits for a missing rank) and end with the same
     statistics, the mean of the ranks' (1.5 * (c + 1))."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        port = sock.getsockname()[1]
-    mp.spawn(_two_ranks_worker, args=(port, str(tmp_path)), nprocs=2)
+    mp.spawn(_two_ranks_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     for rank in range(2):
         out = torch.load(tmp_path / f'{rank}.pth')
         assert out['count'] == 2

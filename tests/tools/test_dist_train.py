@@ -3,22 +3,17 @@
 wrapping, Shuffle BN across ranks, the gathered queue, the kNN monitor's
 gathered features and the checkpoint."""
 import os
-import socket
 import subprocess
 import sys
 
 import torch
 
+from ..gloo import free_port
+
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(
     ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def test_two_process_training(tmp_path):

@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
 import os
-import socket
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCo, SplitBatchNorm
+from ...gloo import free_port, join_gloo_group
 
 BACKBONE = dict(
     type='ResNet',
@@ -332,16 +332,9 @@ def test_second_step_without_the_hook_fails_loudly():
         model.loss(views, samples(range(2)))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def _shuffle_bn_worker(rank: int, port: int, out_dir: str):
     import torch.distributed as dist
-    dist.init_process_group(
-        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    join_gloo_group(rank, port)
     torch.manual_seed(0)
     model = tiny_moco(shuffle_bn='ddp')
     images = torch.randn(2, 4, 3, 32, 32)  # same on both ranks
@@ -356,7 +349,7 @@ def _shuffle_bn_worker(rank: int, port: int, out_dir: str):
 def test_ddp_shuffle_bn_on_two_ranks(tmp_path):
     """Each rank encodes a shuffled half of the global key batch and gets
     back the keys of its own images, in order."""
-    mp.spawn(_shuffle_bn_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_shuffle_bn_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     torch.manual_seed(0)
     model = tiny_moco(shuffle_bn='ddp')
     images = torch.randn(2, 4, 3, 32, 32).view(8, 3, 32, 32)

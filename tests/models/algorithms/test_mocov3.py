@@ -2,7 +2,6 @@
 """MoCo v3 (https://arxiv.org/abs/2104.02057) against hand computations of
 the official loss, two simulated ranks, and mmpretrain 1.2.0's MoCoV3."""
 import os
-import socket
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCoV3
+from ...gloo import free_port, join_gloo_group
 
 RESNET = dict(
     type='ResNet',
@@ -318,16 +318,9 @@ def test_second_step_without_the_hook_fails_loudly():
         model.loss(views, None)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def _two_rank_worker(rank: int, port: int, out_dir: str):
     import torch.distributed as dist
-    dist.init_process_group(
-        'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    join_gloo_group(rank, port)
     torch.manual_seed(0)
     model = tiny_mocov3(temperature=0.2)
     views = torch.randn(2, 2, 4, 3, 32, 32)  # [view][rank]: same on ranks
@@ -346,7 +339,7 @@ def test_in_batch_negatives_gathered_across_two_ranks(tmp_path):
     """On 2 gloo ranks each query is contrasted with the keys of the whole
     global batch (8), its positive at index i + N * rank: the official
     CE(q k_all^T / tau, arange(N) + N * rank) * 2 tau, both terms."""
-    mp.spawn(_two_rank_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_two_rank_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     tau = 0.2
     torch.manual_seed(0)
     model = tiny_mocov3(temperature=tau)

@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import os
-import socket
 
 import pytest
 import torch
@@ -8,6 +7,7 @@ import torch.multiprocessing as mp
 
 from mocoplug.models import NegativeKeyQueue
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
+from ...gloo import free_port, join_gloo_group
 
 
 def reference_queue(queue: NegativeKeyQueue, batches):
@@ -229,19 +229,9 @@ def test_bad_input_names_the_fix():
         NegativeKeyQueue(size=0, dim=2)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def _gather_worker(rank: int, world_size: int, port: int, out_dir: str):
     import torch.distributed as dist
-    dist.init_process_group(
-        'gloo',
-        init_method=f'tcp://127.0.0.1:{port}',
-        rank=rank,
-        world_size=world_size)
+    join_gloo_group(rank, port, world_size)
     torch.manual_seed(0)  # same initial queue on both ranks
     queue = NegativeKeyQueue(size=8, dim=3, exclude_same_instance=True)
     gen = torch.Generator().manual_seed(100 + rank)  # different keys
@@ -253,7 +243,7 @@ def _gather_worker(rank: int, world_size: int, port: int, out_dir: str):
 
 
 def test_gather_leaves_identical_queues_on_two_ranks(tmp_path):
-    mp.spawn(_gather_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_gather_worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
     q0 = torch.load(tmp_path / '0.pth')
     q1 = torch.load(tmp_path / '1.pth')
     for name in ('keys', 'ptr', 'ids'):
