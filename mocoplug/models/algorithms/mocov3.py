@@ -116,7 +116,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             return self.head.loss_against(query, key, self.queue.read(query),
                                           mask)
         # In-batch negatives of the global batch; the positive's column is
-        # masked out of the negatives (it is already `pos`).
+        # masked out of the negatives (it is the positive, `key`).
         n = query.shape[0]
         world_size = get_world_size()
         keys = torch.cat(all_gather(key), dim=0) if world_size > 1 else key
