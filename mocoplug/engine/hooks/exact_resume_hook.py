@@ -57,6 +57,11 @@ resume: checkpoints without this state (older ones), a checkpoint taken
 mid-epoch under ``EpochBasedTrainLoop`` (mmengine restarts that epoch from
 its first batch), another world size or ``num_workers``, other train loops,
 and a sampler whose seed cannot be restored.
+
+A checkpoint whose model tensors do not all fit the model (another shape,
+missing or unexpected: e.g. another ``model.queue.size``) is refused before
+training: mmengine would resume it with ``strict=False`` and train on with
+those tensors as initialised (:mod:`mocoplug.utils.resume_fit`).
 """
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -68,6 +73,7 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
 from mocoplug.utils.random_state import get_random_state, set_random_state
+from mocoplug.utils.resume_fit import check_resume_fits
 from .checkpoint_schedule import checkpoint_due
 
 STATE_KEY = 'resume_state'
@@ -119,11 +125,14 @@ class ExactResumeHook(Hook):
 
     The checkpoint gets a ``resume_state`` entry (tensors, ints, floats and
     lists only, so it loads with ``weights_only=True``): per rank, the state
-    of Python's ``random``, NumPy's global generator and torch's CPU and CUDA
-    generators, plus the sampler seed, the loop kind, ``num_workers`` and
-    the world size. See the module docstring for the design and for what is
-    exact under which settings. Enabled in every mocoplug config through
-    ``default_hooks`` in ``configs/_base_/default_runtime.py``.
+    of Python's ``random``, NumPy's global generator, torch's CPU generator
+    and the generator of the rank's own CUDA device, plus the sampler seed,
+    the loop kind, ``num_workers`` and the world size. See the module
+    docstring for the design and for what is exact under which settings.
+    On resume it first refuses a checkpoint whose model tensors do not fit
+    the model (:func:`~mocoplug.utils.resume_fit.check_resume_fits`).
+    Enabled in every mocoplug config through ``default_hooks`` in
+    ``configs/_base_/default_runtime.py``.
     """
 
     # After every LOW hook (e.g. KNNMonitorHook) and before CheckpointHook
@@ -262,8 +271,11 @@ class ExactResumeHook(Hook):
             ranks=snapshot['ranks'])
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
+        # Runner.load_checkpoint calls this before it loads the model, and
+        # (priority 89) after hooks that edit the checkpoint, e.g. EMAHook.
         if not getattr(runner, '_resume', False):
             return  # load_from (fine-tuning, evaluation): nothing to resume
+        check_resume_fits(runner.model, checkpoint)  # DDP unwrapped there
         problems = self._resume_problems(runner, checkpoint)
         if problems:
             print_log(
