@@ -11,8 +11,8 @@ from .conftest import VOC_C4, dump, shrink_detection_cfg
 
 pytest.importorskip(
     'mim',
-    reason='openmim is not installed (pip install --no-deps openmim==0.3.9 '
-    'colorama pandas requests tabulate)')
+    reason='openmim is not installed (pip install colorama pandas requests '
+    'tabulate && pip install --no-deps openmim==0.3.9)')
 
 
 def test_mim_train_mmdet(tiny_det_data, mocov2_r50_checkpoint, tmp_path):

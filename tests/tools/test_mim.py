@@ -8,8 +8,8 @@ from ..mim_install import regular_install, run_mim
 
 pytest.importorskip(
     'mim',
-    reason='openmim is not installed (pip install --no-deps openmim==0.3.9 '
-    'colorama pandas requests tabulate)')
+    reason='openmim is not installed (pip install colorama pandas requests '
+    'tabulate && pip install --no-deps openmim==0.3.9)')
 
 DIGITS = 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
 
