@@ -161,5 +161,4 @@ train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=15)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
     checkpoint=dict(type='CheckpointHook', interval=15, max_keep_ckpts=1))
-env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)

@@ -1,10 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """mocoplug's registry nodes.
 
-Every node is a child of mmpretrain's node of the same kind (which is itself a
-child of mmengine's root), so with ``default_scope = 'mocoplug'`` a config
-reaches mocoplug's components first, then everything mmpretrain and mmengine
-register (``ResNet``, ``LARS``, ``MultiView``, ``UniversalVisualizer``...).
+Every node but ``RUNNERS`` (see there) is a child of mmpretrain's node of
+the same kind (which is itself a child of mmengine's root), so with
+``default_scope = 'mocoplug'`` a config reaches mocoplug's components first,
+then everything mmpretrain and mmengine register (``ResNet``, ``LARS``,
+``MultiView``, ``UniversalVisualizer``...).
 mmdet's components are reached with the ``mmdet.`` prefix, or by setting
 ``default_scope = 'mmdet'`` as the detection configs do.
 
@@ -16,6 +17,7 @@ its mmpretrain parent's import locations: mmengine imports only a node's
 own locations before a look-up, so without them an mmpretrain component
 not imported yet (``LARS`` again) would not be found from mocoplug's scope.
 """
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
 
@@ -33,7 +35,12 @@ def _child(name: str, parent: Registry, locations: list) -> Registry:
         locations=locations + list(parent._locations))
 
 
-RUNNERS = _child('runner', mmpretrain_registry.RUNNERS, _ENGINE)
+# Runners are the exception: a child of mmengine's root, because the tools
+# build the runner before any default scope is set, from mmengine's root
+# node, which finds a scope-qualified name ('mocoplug.MoCoRunner') only
+# among its own children. mmpretrain registers no runner, so nothing of
+# its is lost.
+RUNNERS = _child('runner', MMENGINE_RUNNERS, _ENGINE)
 RUNNER_CONSTRUCTORS = _child('runner constructor',
                              mmpretrain_registry.RUNNER_CONSTRUCTORS, _ENGINE)
 LOOPS = _child('loop', mmpretrain_registry.LOOPS, _ENGINE)

@@ -14,15 +14,18 @@ NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-PYTHON=${PYTHON:-python}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tools/find_python.sh
+source "$ROOT/tools/find_python.sh"
+PYTHON=$(find_python "$ROOT")
 
-PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
 "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \
     --master_port="$PORT" \
     --nproc_per_node="$GPUS" \
-    "$(dirname "$0")/train.py" \
+    "$ROOT/tools/train.py" \
     "$CONFIG" \
     --launcher pytorch "${@:3}"

@@ -15,10 +15,13 @@ GPUS=${GPUS:-8}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
-PYTHON=${PYTHON:-python}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tools/find_python.sh
+source "$ROOT/tools/find_python.sh"
+PYTHON=$(find_python "$ROOT")
 
 # shellcheck disable=SC2086  # SRUN_ARGS is a list of options
-PYTHONPATH="$(dirname "$0")/..${PYTHONPATH:+:$PYTHONPATH}" \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
 srun -p "$PARTITION" \
     --job-name="$JOB_NAME" \
     --gres=gpu:"$GPUS_PER_NODE" \
@@ -27,5 +30,5 @@ srun -p "$PARTITION" \
     --cpus-per-task="$CPUS_PER_TASK" \
     --kill-on-bad-exit=1 \
     $SRUN_ARGS \
-    "$PYTHON" -u "$(dirname "$0")/train.py" "$CONFIG" \
+    "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" \
     --work-dir="$WORK_DIR" --launcher=slurm "${@:5}"

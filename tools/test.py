@@ -1,6 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Evaluate a trained model (a linear classifier, a detector) from its
-config and checkpoint, mmpretrain's tools/test.py conventions.
+config and checkpoint, mmpretrain's tools/test.py conventions. What the
+config's values mean (``data_root=``, ``default_hooks.NAME=None``, CPU/gloo
+runs) is its runner's, ``mocoplug.MoCoRunner`` (see tools/train.py).
 
 Example::
 
@@ -16,8 +18,6 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import (drop_disabled_default_hooks, fill_data_root,
-                            leave_process_group)
 
 
 def parse_args(argv=None):
@@ -51,8 +51,6 @@ def main(argv=None):
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
-    fill_data_root(cfg)  # the *_folder configs' data_root=DIR
-    drop_disabled_default_hooks(cfg)  # default_hooks.NAME=None
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:
@@ -64,10 +62,11 @@ def main(argv=None):
             'with; use an evaluation config from configs/benchmarks/ or '
             'configs/detection/')
     cfg.load_from = args.checkpoint
-    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else \
-        Runner.from_cfg(cfg)
+    if 'runner_type' in cfg:  # mocoplug's configs: mocoplug.MoCoRunner
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
     metrics = runner.test()
-    leave_process_group()  # or a rank may abort at exit (see its doc)
     if args.out:
         with open(args.out, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items()}, f, indent=2)

@@ -1,6 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Train a model from a config: MoCo pretraining, linear evaluation or a
-detector (mmpretrain's tools/train.py conventions).
+detector (mmpretrain's tools/train.py, with its flags).
+
+What a config's values mean (``pretrained=``, ``data_root=``,
+``default_hooks.NAME=None``, CPU/gloo runs, leaving the process group) is
+its runner's, ``mocoplug.MoCoRunner`` (named by ``runner_type``), so
+mmpretrain's and mmdet's tools/train.py and ``mim train`` do the same.
 
 Examples::
 
@@ -20,8 +25,6 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
-from mocoplug.utils import (drop_disabled_default_hooks, fill_data_root,
-                            fill_pretrained, leave_process_group)
 
 
 def parse_args(argv=None):
@@ -109,6 +112,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
                              'base_batch_size=...)` in the config')
         cfg.auto_scale_lr.enable = True
 
+    # mmpretrain's defaults; persistent workers only where there are workers
     defaults = ConfigDict(pin_memory=True, persistent_workers=True)
     for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         if cfg.get(field, None) is None:
@@ -123,46 +127,17 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
 
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
-    fill_pretrained(cfg)
-    fill_data_root(cfg)  # the *_folder configs' data_root=DIR
-    drop_disabled_default_hooks(cfg)  # default_hooks.NAME=None
     return cfg
-
-
-def setup_cpu_distributed(cfg: Config) -> None:
-    """Let ``--launcher pytorch`` run on CPUs (gloo).
-
-    mmengine 0.10.7's launcher calls ``torch.cuda.set_device`` and wraps the
-    model in DDP with a CUDA ``device_ids``, both of which fail without a
-    GPU. Without one, join the process group here with gloo (the Runner then
-    skips its own initialisation) and build DDP for CPU modules.
-    """
-    import torch
-    import torch.distributed as dist
-    if cfg.launcher != 'pytorch' or torch.cuda.is_available() \
-            or dist.is_initialized():
-        return
-    dist.init_process_group(backend='gloo')
-    cfg.model_wrapper_cfg = dict(
-        cfg.get('model_wrapper_cfg') or {}, device_ids=None)
-    cfg.model_wrapper_cfg.setdefault('type', 'MMDistributedDataParallel')
-    # As mmengine's default wrapper on GPU: without it torch's DDP would
-    # broadcast every buffer, MoCo's K x C queue included, at each forward.
-    cfg.model_wrapper_cfg.setdefault('broadcast_buffers', False)
-    print(f'no GPU: rank {dist.get_rank()}/{dist.get_world_size()} trains '
-          'on CPU with gloo')
 
 
 def main(argv=None):
     args = parse_args(argv)
     cfg = merge_args(Config.fromfile(args.config), args)
-    setup_cpu_distributed(cfg)
-    if 'runner_type' in cfg:
+    if 'runner_type' in cfg:  # mocoplug's configs: mocoplug.MoCoRunner
         runner = RUNNERS.build(cfg)
     else:
         runner = Runner.from_cfg(cfg)
     runner.train()
-    leave_process_group()  # or a rank may abort at exit (see its doc)
     return runner
 
 

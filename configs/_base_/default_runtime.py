@@ -5,6 +5,13 @@ _base_ = 'mmpretrain::_base_/default_runtime.py'
 default_scope = 'mocoplug'
 # Registers mocoplug's components (and its checkpoint-loading fix).
 custom_imports = dict(imports=['mocoplug'], allow_failed_imports=False)
+# mocoplug's runner: gives `pretrained=`, `data_root=` and
+# `default_hooks.NAME=None` their meaning, trains on CPUs with gloo, and
+# leaves the process group at exit (mocoplug/engine/runner/moco_runner.py).
+# Built by every tool that calls RUNNERS.build(cfg) (mocoplug's, mmpretrain's
+# and mmdet's tools/train.py and tools/test.py, mim); scope-qualified so
+# that it resolves before any default scope is set.
+runner_type = 'mocoplug.MoCoRunner'
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),

@@ -10,7 +10,7 @@
 # 72.8 after 300.
 #
 # The query encoder of a MoCo v3 checkpoint is loaded through `pretrained`
-# (tools/train.py copies it into the backbone's 'Pretrained' init_cfg):
+# (the config's runner copies it into the backbone's 'Pretrained' init_cfg):
 #   tools/dist_train.sh \
 #       configs/benchmarks/linear_mocov3-r50_8xb128-coslr-90e_in1k.py 8 \
 #       --cfg-options pretrained=work_dirs/mocov3_r50_8xb512-amp-coslr-100e_in1k/epoch_100.pth  # noqa: E501

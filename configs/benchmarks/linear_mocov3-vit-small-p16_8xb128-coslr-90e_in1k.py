@@ -9,7 +9,7 @@
 # Published top-1 (not measured here): 73.2 after 300 pretraining epochs.
 #
 # The query encoder of a MoCo v3 checkpoint is loaded through `pretrained`
-# (tools/train.py copies it into the backbone's 'Pretrained' init_cfg):
+# (the config's runner copies it into the backbone's 'Pretrained' init_cfg):
 #   CONFIG=configs/benchmarks/linear_mocov3-vit-small-p16_8xb128-coslr-90e_in1k.py  # noqa: E501
 #   tools/dist_train.sh $CONFIG 8 --cfg-options \
 #       pretrained=work_dirs/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k/epoch_300.pth  # noqa: E501

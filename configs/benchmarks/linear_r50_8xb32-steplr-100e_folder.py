@@ -7,7 +7,7 @@
 #       configs/benchmarks/linear_r50_8xb32-steplr-100e_folder.py 8 \
 #       --cfg-options pretrained=work_dirs/mocov2_r50_8xb32/epoch_200.pth \
 #       data_root=/path/to/folder
-# tools/train.py (and tools/test.py) give `data_root` to the datasets below
+# The config's runner (MoCoRunner) gives `data_root` to the datasets below
 # and take the number of classes from the class folders (the head's
 # num_classes is left None here). Only top-1 is reported; add top-5 with
 # --cfg-options "val_evaluator.topk=(1,5)" "test_evaluator.topk=(1,5)"

@@ -17,7 +17,7 @@ _base_ = [
 ]
 
 # The MoCo checkpoint (query encoder's `backbone.*`); set it with
-# --cfg-options pretrained=PATH (tools/train.py fills the init_cfg below).
+# --cfg-options pretrained=PATH (the config's runner fills the init_cfg below).
 pretrained = None
 
 model = dict(

@@ -22,13 +22,17 @@ _base_ = [
 
 # The MoCo checkpoint (mocoplug's, mmpretrain's or mmselfsup's MoCo
 # pretraining output). Give it on the command line: --cfg-options
-# pretrained=PATH. tools/train.py copies it into the two 'Pretrained'
+# pretrained=PATH. The runner copies it into the two 'Pretrained'
 # init_cfgs below (res2-res4 backbone and the res5 shared head), which load
 # the query encoder (`backbone.*`), never the momentum encoder.
 pretrained = None
 
 custom_imports = dict(
     imports=['mocoplug', 'mocoplug.detection'], allow_failed_imports=False)
+# mocoplug's runner (mocoplug/engine/runner/moco_runner.py), as in
+# configs/_base_/default_runtime.py: it copies `pretrained` into the
+# init_cfgs below. Scope-qualified: this config's default scope is mmdet's.
+runner_type = 'mocoplug.MoCoRunner'
 
 # SyncBN everywhere, trained (not frozen), as in Base-RCNN-C4-BN.yaml.
 norm_cfg = dict(type='SyncBN', requires_grad=True)

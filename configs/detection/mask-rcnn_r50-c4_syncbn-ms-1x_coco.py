@@ -16,13 +16,17 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 
-# The MoCo checkpoint: --cfg-options pretrained=PATH. tools/train.py copies
+# The MoCo checkpoint: --cfg-options pretrained=PATH. The runner copies
 # it into the two 'Pretrained' init_cfgs below (res2-res4 backbone and
 # the res5 shared head), which load the query encoder (`backbone.*`).
 pretrained = None
 
 custom_imports = dict(
     imports=['mocoplug', 'mocoplug.detection'], allow_failed_imports=False)
+# mocoplug's runner (mocoplug/engine/runner/moco_runner.py), as in
+# configs/_base_/default_runtime.py: it copies `pretrained` into the
+# init_cfgs below. Scope-qualified: this config's default scope is mmdet's.
+runner_type = 'mocoplug.MoCoRunner'
 
 # SyncBN in the backbone and in res5 + its extra norm (the C4 heads; the
 # RPN and the mask head have no norm layer), trained, as Base-RCNN-C4-BN.

@@ -9,7 +9,7 @@
 #       --cfg-options pretrained=work_dirs/mocov2_r50_8xb32/epoch_200.pth
 _base_ = './mask-rcnn_r50-c4_syncbn-ms-1x_coco.py'
 
-# The MoCo checkpoint: --cfg-options pretrained=PATH (tools/train.py copies
+# The MoCo checkpoint: --cfg-options pretrained=PATH (the runner copies
 # it into the 'Pretrained' init_cfgs of the backbone and the shared head).
 pretrained = None
 

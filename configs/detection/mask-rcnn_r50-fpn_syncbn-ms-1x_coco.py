@@ -18,13 +18,17 @@ _base_ = [
     'mmdet::_base_/default_runtime.py',
 ]
 
-# The MoCo checkpoint: --cfg-options pretrained=PATH. tools/train.py copies
+# The MoCo checkpoint: --cfg-options pretrained=PATH. The runner copies
 # it into the backbone's 'Pretrained' init_cfg, which loads the query
 # encoder (`backbone.*`), never the momentum encoder.
 pretrained = None
 
 custom_imports = dict(
     imports=['mocoplug', 'mocoplug.detection'], allow_failed_imports=False)
+# mocoplug's runner (mocoplug/engine/runner/moco_runner.py), as in
+# configs/_base_/default_runtime.py: it copies `pretrained` into the
+# init_cfgs below. Scope-qualified: this config's default scope is mmdet's.
+runner_type = 'mocoplug.MoCoRunner'
 
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 model = dict(

@@ -2,16 +2,17 @@
 from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
                                 trusted_globals)
 from .config_packages import register_config_package
-from .disabled_hooks import drop_disabled_default_hooks
+from .disabled_hooks import enabled_default_hooks
 from .labelled_folder import fill_data_root, labelled_folder_classes
 from .mmcv_compat import patch_adjust_hue
 from .pretrained import fill_pretrained
-from .process_group import leave_process_group
+from .process_group import leave_process_group, leave_process_group_at_exit
 from .setup_env import register_all_modules
 
 __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
     'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
     'register_all_modules', 'fill_data_root', 'labelled_folder_classes',
-    'drop_disabled_default_hooks', 'leave_process_group'
+    'enabled_default_hooks', 'leave_process_group',
+    'leave_process_group_at_exit'
 ]

@@ -11,7 +11,7 @@ The layout is mmpretrain's ``CustomDataset`` one, one sub-folder per class
 As with ``pretrained`` (see :mod:`mocoplug.utils.pretrained`), mmengine
 resolves config variables when the file is read, so ``--cfg-options
 data_root=DIR`` changes only the top-level key; :func:`fill_data_root`
-(called by ``tools/train.py`` and ``tools/test.py``) copies it into every
+(called by ``MoCoRunner.from_cfg``, the configs' runner) copies it into every
 labelled ``CustomDataset`` of the config's dataloaders that leaves its own
 ``data_root`` None, and, when the config leaves it None, sets the
 classifier's ``num_classes`` from the class folders.

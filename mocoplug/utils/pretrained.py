@@ -4,11 +4,12 @@
 mmengine resolves config variables when the file is read, so
 ``--cfg-options pretrained=PATH`` changes the top-level ``pretrained`` key
 but not the ``init_cfg`` dicts that were written with ``pretrained`` as
-their checkpoint. :func:`fill_pretrained`, called by ``tools/train.py``,
-copies the top-level value into every ``init_cfg`` of mocoplug's
-``Pretrained`` initialiser (``type='Pretrained', _scope_='mocoplug'``) so
-that one option initialises all of them (e.g. the backbone and the res5
-shared head of a C4 detector).
+their checkpoint. :func:`fill_pretrained`, called by ``MoCoRunner.from_cfg``
+(the ``runner_type`` of mocoplug's configs, so every tool that builds the
+runner with ``RUNNERS.build(cfg)`` applies it), copies the top-level value
+into every ``init_cfg`` of mocoplug's ``Pretrained`` initialiser
+(``type='Pretrained', _scope_='mocoplug'``) so that one option initialises
+all of them (e.g. the backbone and the res5 shared head of a C4 detector).
 """
 from typing import Any, List
 

@@ -1,18 +1,25 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """kNN and linear evaluation on a labelled folder of generated images, with
 a tiny MoCo checkpoint made here."""
+import json
+import os.path as osp
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.dataset import default_collate
-from mmengine.registry import DefaultScope
+from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.runner import Runner
 from PIL import Image
 
+from mocoplug.engine.runner import MoCoRunner
 from mocoplug.evaluation import weighted_knn_accuracy
 from mocoplug.registry import DATASETS, MODELS
 from mocoplug.utils import fill_data_root
+from ..conftest import unique_experiment_name
+from ..packaged_tools import run_packaged_tool
 from .conftest import config_path, shrink_crops
 
 KNN = 'benchmarks/knn_r50_in1k.py'
@@ -182,7 +189,7 @@ def test_knn_refuses_a_folder_that_is_not_labelled(tmp_path, load_tool,
              str(root)])
 
 
-def linear_cfg_file(tmp_path):
+def linear_cfg(tmp_path):
     """The shipped folder config, with the tiny backbone and 32 px crops;
     data_root left for --cfg-options."""
     cfg = Config.fromfile(config_path(LINEAR_FOLDER))
@@ -198,8 +205,12 @@ def linear_cfg_file(tmp_path):
         cfg[field].batch_size = 6
         cfg[field].num_workers = 0
         cfg[field].persistent_workers = False
+    return cfg
+
+
+def linear_cfg_file(tmp_path):
     path = tmp_path / 'linear_folder.py'
-    cfg.dump(str(path))
+    linear_cfg(tmp_path).dump(str(path))
     return str(path)
 
 
@@ -255,3 +266,95 @@ def test_fill_data_root_checks_the_splits_agree(tmp_path, split_folder):
     cfg.data_root = str(tmp_path)
     with pytest.raises(ValueError, match='different class folders'):
         fill_data_root(cfg)
+
+
+@pytest.fixture(scope='module')
+def linear_classifier(tmp_path_factory, split_folder):
+    """A checkpoint of the folder config's classifier (tiny ResNet-18, a
+    random 3-class fc) and its top-1 on val/, computed here."""
+    tmp_path = tmp_path_factory.mktemp('linear_classifier')
+    cfg = linear_cfg(tmp_path)
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        model = MODELS.build(
+            dict(
+                cfg.model,
+                backbone=dict(cfg.model.backbone, init_cfg=None),
+                head=dict(cfg.model.head, num_classes=3)))
+    model.init_weights()
+    with torch.no_grad():  # a classifier that does not say one class only
+        model.head.fc.weight.normal_(0, 1)
+    ckpt = tmp_path / 'linear.pth'
+    torch.save(dict(state_dict=model.state_dict()), ckpt)
+    feats, labels = direct_features(model, split_folder / 'val',
+                                    cfg.test_dataloader.dataset.pipeline,
+                                    cfg.data_preprocessor)
+    with torch.no_grad():
+        logits = model.head.fc(feats)
+    # The runner pools and sums in another order (float32 rounding, ~1e-6
+    # of logits of order 1 on any CPU and thread count); a margin far above
+    # that between the two best classes means no prediction can flip.
+    top2 = logits.topk(2, dim=1).values
+    assert (top2[:, 0] - top2[:, 1]).min() > 1e-3
+    predicted = logits.argmax(1)
+    top1 = 100. * float((predicted == labels).sum()) / len(labels)
+    return linear_cfg_file(tmp_path), str(ckpt), top1
+
+
+def assert_tested_on_the_folder(runner, folder):
+    dataset = runner.test_dataloader.dataset
+    assert dataset.data_root == str(folder)
+    assert dataset.metainfo['classes'] == CLASSES
+    paths = [dataset.get_data_info(i)['img_path'] for i in range(len(dataset))]
+    assert [osp.relpath(p, folder) for p in paths
+            ] == [f'val/{c}/{i}.png' for c in CLASSES for i in range(2)]
+
+
+def test_linear_folder_config_through_mmpretrain_test_tool(
+        monkeypatch, tmp_path, split_folder, linear_classifier):
+    """mmpretrain's own tools/test.py (as installed): the config's runner
+    takes data_root= from --cfg-options."""
+    cfg_file, ckpt, top1 = linear_classifier
+    out = tmp_path / 'metrics.json'
+    runners = run_packaged_tool(monkeypatch, 'mmpretrain', 'test', [
+        cfg_file, ckpt, '--work-dir',
+        str(tmp_path), '--cfg-options', f'data_root={split_folder}', '--out',
+        str(out), '--out-item', 'metrics'
+    ])
+    assert [type(r) for r in runners] == [MoCoRunner]
+    assert_tested_on_the_folder(runners[0], split_folder)
+    assert json.loads(out.read_text())['accuracy/top1'] == pytest.approx(top1)
+
+
+def test_linear_folder_config_from_a_python_script(tmp_path, split_folder,
+                                                   linear_classifier):
+    """The call documented for users' own scripts: RUNNERS.build(cfg)."""
+    cfg_file, ckpt, top1 = linear_classifier
+    cfg = Config.fromfile(cfg_file)
+    cfg.merge_from_dict(dict(data_root=str(split_folder)))
+    cfg.work_dir = str(tmp_path)
+    cfg.load_from = ckpt
+    cfg.experiment_name = unique_experiment_name(tmp_path)
+    runner = RUNNERS.build(cfg)
+    assert type(runner) is MoCoRunner
+    metrics = runner.test()
+    assert_tested_on_the_folder(runner, split_folder)
+    assert metrics['accuracy/top1'] == pytest.approx(top1)
+
+
+def test_runner_from_cfg_says_to_build_the_config_runner(
+        tmp_path, split_folder, moco_checkpoint):
+    """mmengine's Runner.from_cfg ignores runner_type, so `pretrained=`
+    reaches no init_cfg: training stops, naming the call to use, instead
+    of starting from random weights."""
+    cfg = linear_cfg(tmp_path)
+    cfg.model.head.num_classes = 3  # what the runner takes from data_root
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[field].dataset.data_root = str(split_folder)
+    cfg.merge_from_dict(dict(pretrained=moco_checkpoint[0]))
+    cfg.experiment_name = unique_experiment_name(tmp_path)
+    runner = Runner.from_cfg(cfg)
+    assert type(runner) is Runner
+    with pytest.raises(ValueError, match=r'call `RUNNERS\.build\(cfg\)`'):
+        runner.train()
+    assert not list((tmp_path / 'work').glob('*.pth'))

@@ -1,6 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """MoCo v2 pretraining -> checkpoint -> detection fine-tuning -> metrics,
-through tools/train.py and tools/test.py with the shipped configs."""
+with the shipped configs, fine-tuned through mmdet's own tools/train.py (as
+installed, what `mim train mmdet` runs) and tested through ours."""
 import glob
 import json
 import os.path as osp
@@ -14,7 +15,9 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 
+from mocoplug.engine.runner import MoCoRunner
 from mocoplug.utils import fill_pretrained
+from ..packaged_tools import run_packaged_tool
 from .conftest import (COCO_C4, COCO_FPN, VOC_C4, dump, load_tool,
                        shrink_detection_cfg, sync_bn_to_bn)
 
@@ -96,12 +99,18 @@ def assert_query_encoder_loaded(state: Dict[str, torch.Tensor],
 
 
 def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
-                                        moco_state, init_states, tmp_path):
+                                        moco_state, init_states, tmp_path,
+                                        monkeypatch):
+    """mmdet's tools/train.py builds the config's runner (runner_type),
+    which gives `pretrained=` to the backbone and the res5 head."""
     cfg = shrink_detection_cfg(
         Config.fromfile(VOC_C4), tiny_det_data, str(tmp_path))
     path = dump(cfg, str(tmp_path / 'voc.py'))
-    runner = TRAIN.main(
+    runners = run_packaged_tool(
+        monkeypatch, 'mmdet', 'train',
         [path, '--cfg-options', f'pretrained={mocov2_r50_checkpoint}'])
+    assert [type(r) for r in runners] == [MoCoRunner]
+    runner = runners[0]
 
     assert len(init_states) == 1
     assert_query_encoder_loaded(init_states[0], moco_state, C4_SOURCES)
@@ -138,14 +147,17 @@ def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
 
 
 def test_coco_mask_rcnn_fpn_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
-                                        moco_state, init_states, tmp_path):
+                                        moco_state, init_states, tmp_path,
+                                        monkeypatch):
     cfg = shrink_detection_cfg(
         Config.fromfile(COCO_FPN), tiny_det_data, str(tmp_path))
     path = dump(cfg, str(tmp_path / 'coco.py'))
-    TRAIN.main([
-        path, '--no-validate', '--cfg-options',
-        f'pretrained={mocov2_r50_checkpoint}'
+    # mmdet's tool has no --no-validate: the same through --cfg-options
+    runners = run_packaged_tool(monkeypatch, 'mmdet', 'train', [
+        path, '--cfg-options', f'pretrained={mocov2_r50_checkpoint}',
+        'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None'
     ])
+    assert [type(r) for r in runners] == [MoCoRunner]
     assert len(init_states) == 1
     assert_query_encoder_loaded(init_states[0], moco_state, FPN_SOURCES)
 

@@ -56,56 +56,23 @@ def test_auto_scale_lr(load_tool):
         base_batch_size=256, enable=True)
 
 
-def test_pretrained_option_needs_a_receiving_init_cfg(load_tool):
+def test_pretrained_option_needs_a_receiving_init_cfg(load_tool, tmp_path):
+    """The config's runner refuses a pretrained= that nothing would load,
+    before it builds anything."""
     with pytest.raises(ValueError, match="mocoplug's Pretrained"):
-        merged(load_tool, '--cfg-options', 'pretrained=x.pth')
+        load_tool('train').main([
+            CONFIG, '--work-dir',
+            str(tmp_path), '--cfg-options', 'pretrained=x.pth'
+        ])
+    assert not list(tmp_path.iterdir())
 
 
-def test_none_switches_off_mocoplug_default_hooks(load_tool):
-    """mmengine 0.10.7 asserts on ``default_hooks.NAME=None`` for names that
-    are not its own; tools/train.py drops them, and the Runner accepts the
-    result (mmengine's own names still reach mmengine)."""
-    from mmengine.runner import Runner
-    from mmengine.visualization import Visualizer
-    Visualizer.get_instance('test_none_switches_off')  # LoggerHook needs one
-    cfg = merged(load_tool, '--cfg-options',
-                 'default_hooks.exact_resume=None',
-                 'default_hooks.representation_health=None',
-                 'default_hooks.checkpoint=None')
-    assert 'exact_resume' not in cfg.default_hooks
-    assert 'representation_health' not in cfg.default_hooks
-    assert {'non_finite_loss', 'moco_config_check'} <= set(cfg.default_hooks)
-    assert cfg.default_hooks.checkpoint is None  # mmengine's own: kept
-    from mmengine.registry import DefaultScope
-    runner = Runner.__new__(Runner)
-    runner._hooks = []
-    with DefaultScope.overwrite_default_scope('mocoplug'):
-        runner.register_default_hooks(cfg.default_hooks)
-    names = {type(h).__name__ for h in runner.hooks}
-    assert 'ExactResumeHook' not in names
-    assert 'RepresentationHealthHook' not in names
-    assert 'CheckpointHook' not in names
-    assert {'NonFiniteLossHook', 'MoCoConfigCheckHook'} <= names
-    # without the fix mmengine refuses the config
-    with pytest.raises(AssertionError):
-        Runner.__new__(Runner).register_default_hooks(
-            dict(exact_resume=None))
-
-
-def test_cpu_ddp_does_not_broadcast_buffers(load_tool, monkeypatch):
-    """Broadcasting buffers would send MoCo's whole K x C queue from rank 0
-    to every rank at each forward; mmengine's GPU default is off too."""
-    import torch
-    import torch.distributed as dist
-    train = load_tool('train')
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    monkeypatch.setattr(dist, 'is_initialized', lambda: False)
-    monkeypatch.setattr(dist, 'init_process_group', lambda backend: None)
-    monkeypatch.setattr(dist, 'get_rank', lambda: 0)
-    monkeypatch.setattr(dist, 'get_world_size', lambda: 2)
-    cfg = merged(load_tool, '--launcher', 'pytorch')
-    train.setup_cpu_distributed(cfg)
-    assert cfg.model_wrapper_cfg == dict(
-        device_ids=None,
-        type='MMDistributedDataParallel',
-        broadcast_buffers=False)
+def test_the_tool_leaves_config_semantics_to_the_runner(load_tool):
+    """pretrained=, data_root=, default_hooks.NAME=None and the CPU launch
+    are the runner's (tests/engine/runner): the tool only merges them."""
+    cfg = merged(load_tool, '--cfg-options', 'pretrained=x.pth',
+                 'default_hooks.exact_resume=None')
+    assert cfg.runner_type == 'mocoplug.MoCoRunner'
+    assert cfg.pretrained == 'x.pth'
+    assert cfg.default_hooks.exact_resume is None
+    assert 'model_wrapper_cfg' not in cfg

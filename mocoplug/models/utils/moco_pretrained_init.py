@@ -53,8 +53,8 @@ class MoCoPretrainedInit(PretrainedInit):
 
     Args:
         checkpoint (str): Path of the checkpoint. In mocoplug's configs it
-            is filled from the top-level ``pretrained`` option by
-            ``tools/train.py``.
+            is filled from the top-level ``pretrained`` option by their
+            runner, ``MoCoRunner``.
         prefix (str, optional): Key prefix of the tensors to load, removed
             before matching. None loads every key (a leading ``module.`` of
             a DDP checkpoint removed). Defaults to None.
@@ -88,8 +88,15 @@ class MoCoPretrainedInit(PretrainedInit):
         if not self.checkpoint:
             raise ValueError(
                 'Pretrained: no checkpoint given. Name the MoCo checkpoint '
-                'with --cfg-options pretrained=PATH (tools/train.py), or '
-                'set init_cfg.checkpoint in the config.')
+                'with --cfg-options pretrained=PATH, or set '
+                'init_cfg.checkpoint in the config. `pretrained` reaches '
+                "this init_cfg through the config's runner_type "
+                "('mocoplug.MoCoRunner'), which mmengine builds with "
+                '`RUNNERS.build(cfg)` (from mmengine.registry), as '
+                "mocoplug's, mmpretrain's and mmdet's tools/train.py and "
+                '`mim train` do; `Runner.from_cfg(cfg)` ignores '
+                'runner_type, so in your own script call '
+                '`RUNNERS.build(cfg)` instead.')
         ckpt = _load_checkpoint(
             self.checkpoint, map_location=self.map_location)
         state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) \

@@ -1,0 +1,4 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from .moco_runner import MoCoRunner
+
+__all__ = ['MoCoRunner']

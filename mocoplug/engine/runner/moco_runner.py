@@ -1,0 +1,146 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import copy
+from typing import Dict, Optional, Union
+
+import torch.nn as nn
+from mmengine.config import Config, ConfigDict
+from mmengine.dist import is_distributed
+from mmengine.hooks import Hook
+from mmengine.model import is_model_wrapper
+from mmengine.runner import Runner
+from torch.utils.data import DataLoader
+
+from mocoplug.registry import RUNNERS
+from mocoplug.utils import (enabled_default_hooks, fill_data_root,
+                            fill_pretrained, leave_process_group_at_exit)
+from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
+                              has_accelerator, join_cpu_process_group)
+from .idle_workers import without_idle_persistent_workers
+
+ConfigType = Union[Dict, Config, ConfigDict]
+
+
+@RUNNERS.register_module()
+class MoCoRunner(Runner):
+    """mmengine's ``Runner``, plus what mocoplug's configs mean.
+
+    The runner of every mocoplug config (pretraining of `Momentum Contrast
+    for Unsupervised Visual Representation Learning
+    <https://arxiv.org/abs/1911.05722>`_ and its v2/v3, the linear, kNN and
+    detection-transfer benchmarks), named in their bases by
+    ``runner_type = 'mocoplug.MoCoRunner'``. mmengine builds it for every
+    entry point that honours ``runner_type`` through ``RUNNERS.build(cfg)``:
+    mocoplug's, mmpretrain's and mmdet's ``tools/train.py`` and
+    ``tools/test.py`` and ``mim train``, and users' scripts::
+
+        from mmengine.config import Config
+        from mmengine.registry import RUNNERS
+
+        cfg = Config.fromfile(CONFIG)   # imports mocoplug
+        cfg.merge_from_dict(dict(pretrained=CKPT))
+        runner = RUNNERS.build(cfg)
+        runner.train()
+
+    (``Runner.from_cfg(cfg)`` ignores ``runner_type`` and so everything
+    below; a ``pretrained=`` given that way stops training with an error
+    that says so.)
+
+    From the config, when it is built (:meth:`from_cfg`):
+
+    - ``pretrained=CKPT`` reaches every ``init_cfg`` of mocoplug's
+      ``Pretrained`` initialiser (:func:`mocoplug.utils.fill_pretrained`),
+      e.g. a C4 detector's backbone and res5 head;
+    - ``data_root=DIR`` reaches the labelled folder datasets of the
+      ``*_folder`` configs, and their classes the head
+      (:func:`mocoplug.utils.fill_data_root`).
+
+    While it runs:
+
+    - ``default_hooks.NAME=None`` switches off any default hook, mocoplug's
+      too (:func:`mocoplug.utils.enabled_default_hooks`; mmengine 0.10.7
+      asserts on names other than its own);
+    - a dataloader without workers ignores ``persistent_workers=True``
+      (mmpretrain's ``tools/train.py`` sets it everywhere);
+    - without an accelerator, a distributed run (``--launcher pytorch``)
+      joins a gloo process group and wraps the model in DDP for CPU
+      modules; with one, the config's backend stays (nccl by default);
+    - after a run ends without an error, the process leaves the process
+      group when it exits (:func:`mocoplug.utils.leave_process_group`).
+    """
+
+    @classmethod
+    def from_cfg(cls, cfg: ConfigType) -> 'MoCoRunner':
+        """Build the runner from a config, applying its top-level options
+        ``pretrained`` and ``data_root``.
+
+        Args:
+            cfg (dict or Config): The config, as for mmengine's
+                ``Runner.from_cfg``; not changed.
+
+        Returns:
+            MoCoRunner: The runner.
+        """
+        cfg = copy.deepcopy(cfg)
+        fill_pretrained(cfg)
+        fill_data_root(cfg)
+        return super().from_cfg(cfg)
+
+    def setup_env(self, env_cfg: Dict) -> None:
+        """mmengine's set-up, joining a gloo group for a distributed run
+        on a machine without an accelerator (see
+        :mod:`mocoplug.engine.runner.cpu_distributed`)."""
+        env_cfg = dict(env_cfg)
+        env_cfg['dist_cfg'] = dist_cfg_for_this_machine(
+            env_cfg.get('dist_cfg'))
+        if self.distributed and not is_distributed() \
+                and not has_accelerator():
+            join_cpu_process_group(self.launcher, env_cfg['dist_cfg'])
+        super().setup_env(env_cfg)
+
+    def wrap_model(self, model_wrapper_cfg: Optional[Dict],
+                   model: nn.Module) -> nn.Module:
+        """mmengine's wrapping; DDP takes CPU modules on a machine without
+        an accelerator."""
+        if self.distributed and not has_accelerator() \
+                and not is_model_wrapper(model):
+            find_unused = self.cfg.get('find_unused_parameters', False)
+            model_wrapper_cfg = cpu_model_wrapper_cfg(model_wrapper_cfg,
+                                                      find_unused)
+        return super().wrap_model(model_wrapper_cfg, model)
+
+    @staticmethod
+    def build_dataloader(dataloader: Union[DataLoader, Dict],
+                         seed: Optional[int] = None,
+                         diff_rank_seed: bool = False) -> DataLoader:
+        """mmengine's, without ``persistent_workers`` for a dataloader
+        that has no workers."""
+        if isinstance(dataloader, dict):
+            dataloader = without_idle_persistent_workers(dataloader)
+        return Runner.build_dataloader(
+            dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
+
+    def train(self) -> nn.Module:
+        """Train; see mmengine's ``Runner.train``."""
+        model = super().train()
+        leave_process_group_at_exit()
+        return model
+
+    def val(self) -> dict:
+        """Validate; see mmengine's ``Runner.val``."""
+        metrics = super().val()
+        leave_process_group_at_exit()
+        return metrics
+
+    def test(self) -> dict:
+        """Test; see mmengine's ``Runner.test``."""
+        metrics = super().test()
+        leave_process_group_at_exit()
+        return metrics
+
+    def register_default_hooks(
+            self,
+            hooks: Optional[Dict[str, Union[Hook, Dict]]] = None) -> None:
+        """mmengine's, accepting None for any default hook name."""
+        if hooks is not None:
+            hooks = enabled_default_hooks(hooks)
+        super().register_default_hooks(hooks)

@@ -1,0 +1,266 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""MoCoRunner: what mocoplug's configs mean, applied by the runner their
+``runner_type`` names (so that every tool calling ``RUNNERS.build(cfg)``
+gives them the same meaning)."""
+import atexit
+import copy
+import glob
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from mmengine.config import Config
+from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.runner import Runner
+from mmengine.visualization import Visualizer
+from PIL import Image
+
+from mocoplug.engine.runner import MoCoRunner, cpu_distributed
+from mocoplug.engine.runner.cpu_distributed import (cpu_model_wrapper_cfg,
+                                                    dist_cfg_for_this_machine)
+from mocoplug.engine.runner.idle_workers import without_idle_persistent_workers
+from mocoplug.utils import leave_process_group, process_group
+from ...conftest import unique_experiment_name
+from ...gloo import free_port, join_gloo_group
+
+ROOT = osp.dirname(
+    osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+CONFIGS = osp.join(ROOT, 'configs')
+DIGITS = osp.join(CONFIGS,
+                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+LINEAR_FOLDER = osp.join(CONFIGS, 'benchmarks',
+                         'linear_r50_8xb32-steplr-100e_folder.py')
+VOC_C4 = osp.join(CONFIGS, 'detection',
+                  'faster-rcnn_r50-c4_syncbn-ms-24k_voc0712.py')
+SHIPPED = sorted(
+    p for p in glob.glob(osp.join(CONFIGS, '**', '*.py'), recursive=True)
+    if '_base_' not in p)
+
+
+@pytest.mark.parametrize(
+    'path', SHIPPED, ids=lambda p: osp.relpath(p, CONFIGS))
+def test_every_shipped_config_names_the_runner(path):
+    assert Config.fromfile(path).runner_type == 'mocoplug.MoCoRunner'
+
+
+@pytest.mark.parametrize('scope',
+                         ['mmengine', 'mmpretrain', 'mmdet', 'mocoplug'])
+def test_runner_type_resolves_from_any_default_scope(scope):
+    """As mmengine's build_runner_from_cfg looks it up: in the registry of
+    the current default scope, with the scope-qualified name."""
+    with DefaultScope.overwrite_default_scope(scope), \
+            RUNNERS.switch_scope_and_registry(None) as registry:
+        assert registry.scope == scope
+        assert registry.get('mocoplug.MoCoRunner') is MoCoRunner
+
+
+def test_runner_type_resolves_in_a_fresh_process():
+    """What mmpretrain's and mmdet's tools/train.py do: read the config
+    (its custom_imports import mocoplug) and build the runner before any
+    default scope exists."""
+    script = ('import sys\n'
+              'from mmengine.config import Config\n'
+              'from mmengine.registry import RUNNERS, DefaultScope\n'
+              'for path in sys.argv[1:]:\n'
+              '    cfg = Config.fromfile(path)\n'
+              '    assert DefaultScope.get_current_instance() is None\n'
+              '    with RUNNERS.switch_scope_and_registry(None) as registry:\n'
+              '        cls = registry.get(cfg.runner_type)\n'
+              '    print(cls.__module__ + "." + cls.__name__)\n')
+    out = subprocess.run([sys.executable, '-c', script, DIGITS, VOC_C4],
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split(
+    ) == ['mocoplug.engine.runner.moco_runner.MoCoRunner'] * 2
+
+
+def make_labelled_folder(root, classes=('a', 'b')):
+    for split in ('train', 'val'):
+        for cls in classes:
+            os.makedirs(root / split / cls)
+            Image.new('RGB', (8, 8)).save(root / split / cls / '0.png')
+    return str(root)
+
+
+def test_from_cfg_gives_pretrained_and_data_root_their_meaning(
+        monkeypatch, tmp_path):
+    built = []
+    monkeypatch.setattr(
+        Runner, 'from_cfg',
+        classmethod(lambda cls, cfg: built.append((cls, cfg)) or 'runner'))
+    folder = make_labelled_folder(tmp_path)
+    cfg = Config.fromfile(LINEAR_FOLDER)
+    cfg.merge_from_dict(dict(pretrained='moco.pth', data_root=folder))
+    assert MoCoRunner.from_cfg(cfg) == 'runner'
+    (cls, applied), = built
+    assert cls is MoCoRunner
+    assert applied.model.backbone.init_cfg.checkpoint == 'moco.pth'
+    assert applied.model.head.num_classes == 2  # the class folders
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        assert applied[loader].dataset.data_root == folder
+    # the caller's config is left as it was
+    assert cfg.model.backbone.init_cfg.checkpoint is None
+    assert cfg.train_dataloader.dataset.data_root is None
+
+
+def test_none_switches_off_any_default_hook():
+    """mmengine 0.10.7 asserts on ``default_hooks.NAME=None`` for names
+    that are not its own; the runner leaves those hooks out (mmengine's
+    own names still reach mmengine)."""
+    Visualizer.get_instance(unique_experiment_name('none_hooks'))
+    hooks = Config.fromfile(DIGITS).default_hooks
+    hooks.update(
+        exact_resume=None, representation_health=None, checkpoint=None)
+    runner = MoCoRunner.__new__(MoCoRunner)
+    runner._hooks = []
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        runner.register_default_hooks(hooks)
+    names = {type(h).__name__ for h in runner.hooks}
+    assert names == {
+        'RuntimeInfoHook', 'IterTimerHook', 'DistSamplerSeedHook',
+        'LoggerHook', 'ParamSchedulerHook', 'VisualizationHook',
+        'NonFiniteLossHook', 'MoCoConfigCheckHook'
+    }
+    # mmengine's Runner refuses the same config
+    with pytest.raises(AssertionError):
+        Runner.__new__(Runner).register_default_hooks(dict(exact_resume=None))
+
+
+def test_a_dataloader_without_workers_ignores_persistent_workers():
+    """mmpretrain's tools/train.py sets persistent_workers=True on every
+    dataloader; torch refuses it without workers."""
+    loader = dict(
+        dataset=dict(type='ToyTensorDataset', size=4),
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        batch_size=2,
+        num_workers=0,
+        persistent_workers=True,
+        collate_fn=dict(type='default_collate'))
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        with pytest.raises(ValueError, match='persistent_workers'):
+            Runner.build_dataloader(copy.deepcopy(loader))
+        built = MoCoRunner.build_dataloader(loader)
+    assert built.persistent_workers is False and len(built) == 2
+    assert loader['persistent_workers'] is True  # not changed in place
+    with_workers = dict(num_workers=2, persistent_workers=True)
+    assert without_idle_persistent_workers(with_workers) is with_workers
+
+
+@pytest.mark.parametrize('device, given, expected', [('cpu', None, 'gloo'),
+                                                     ('cpu', 'nccl', 'gloo'),
+                                                     ('cpu', 'gloo', 'gloo'),
+                                                     ('cpu', 'mpi', 'mpi'),
+                                                     ('cuda', None, 'nccl'),
+                                                     ('cuda', 'nccl', 'nccl'),
+                                                     ('cuda', 'gloo', 'gloo')])
+def test_the_backend_follows_the_machine(monkeypatch, device, given, expected):
+    """gloo without a GPU, the config's backend (nccl by default) with
+    one: the digits config no longer needs to force gloo."""
+    monkeypatch.setattr(cpu_distributed, 'get_device', lambda: device)
+    dist_cfg = None if given is None else dict(backend=given, timeout=60)
+    chosen = dist_cfg_for_this_machine(dist_cfg)
+    assert chosen['backend'] == expected
+    if given is not None:
+        assert chosen['timeout'] == 60
+        assert dist_cfg['backend'] == given  # not changed in place
+    assert Config.fromfile(DIGITS).env_cfg.dist_cfg == dict(backend='nccl')
+
+
+def test_cpu_model_wrapper_config():
+    """mmengine's GPU wrapping, with device_ids=None for DDP (how torch's
+    DDP takes CPU modules); no buffer broadcast by default, or DDP would
+    send MoCo's K x C queue from rank 0 at each forward."""
+    assert cpu_model_wrapper_cfg(None) == dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=False,
+        device_ids=None)
+    assert cpu_model_wrapper_cfg(None, True)['find_unused_parameters']
+    assert cpu_model_wrapper_cfg(dict(broadcast_buffers=True)) == dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=True,
+        device_ids=None)
+    # not a DDP: nothing to add
+    fsdp = dict(type='MMFullyShardedDataParallel')
+    assert cpu_model_wrapper_cfg(fsdp) == fsdp
+
+
+def test_the_group_is_left_at_exit_only_after_a_run_that_succeeded(
+        monkeypatch):
+    registered = []
+    monkeypatch.setattr(process_group, '_REGISTERED', False)
+    monkeypatch.setattr(atexit, 'register', registered.append)
+
+    def fail(self):
+        raise RuntimeError('a rank failed')
+
+    runner = MoCoRunner.__new__(MoCoRunner)
+    monkeypatch.setattr(Runner, 'train', fail)
+    with pytest.raises(RuntimeError):
+        runner.train()
+    assert registered == []  # a failed rank exits at once, no barrier
+    monkeypatch.setattr(Runner, 'train', lambda self: 'model')
+    monkeypatch.setattr(Runner, 'test', lambda self: dict(top1=1.))
+    monkeypatch.setattr(Runner, 'val', lambda self: dict(top1=2.))
+    assert runner.train() == 'model'
+    assert runner.val() == dict(top1=2.)
+    assert runner.test() == dict(top1=1.)
+    assert registered == [leave_process_group]  # once
+
+
+def _record_group_at_exit(out_dir: str, rank: int) -> None:
+    with open(osp.join(out_dir, f'exit_{rank}.json'), 'w') as f:
+        json.dump(dict(alive=dist.is_initialized()), f)
+
+
+def _train_on_two_cpu_ranks(rank: int, port: int, out_dir: str,
+                            cfg: dict) -> None:
+    join_gloo_group(rank, port)
+    os.environ['LOCAL_RANK'] = str(rank)  # as torchrun sets it
+    # registered first, so it runs after the runner's handler (LIFO)
+    atexit.register(_record_group_at_exit, out_dir, rank)
+    runner = MoCoRunner.from_cfg(Config(cfg))
+    runner.train()
+    total = torch.tensor([rank + 1.])
+    dist.all_reduce(total)  # the group still works after train()
+    with open(osp.join(out_dir, f'run_{rank}.json'), 'w') as f:
+        json.dump(
+            dict(
+                wrapper=type(runner.model).__name__,
+                device_ids=runner.model.device_ids,
+                broadcast_buffers=runner.model.broadcast_buffers,
+                total=total.item(),
+                weight=runner.model.module.linear.weight.tolist()), f)
+
+
+def test_two_cpu_ranks_train_then_leave_the_group_at_exit(
+        tmp_path, tiny_runner_cfg):
+    """A distributed run without a GPU: DDP over CPU modules (mmengine
+    would give it device_ids=[LOCAL_RANK]), the group still usable after
+    train() (a script may test() next), and gone when the process exits."""
+    cfg = tiny_runner_cfg(tmp_path / 'work', max_iters=2, launcher='pytorch')
+    cfg.env_cfg = dict(dist_cfg=dict(backend='nccl'))  # as mmpretrain's
+    mp.spawn(
+        _train_on_two_cpu_ranks,
+        args=(free_port(), str(tmp_path), cfg.to_dict()),
+        nprocs=2)
+    runs = [
+        json.loads((tmp_path / f'run_{r}.json').read_text()) for r in (0, 1)
+    ]
+    for run in runs:
+        assert run['wrapper'] == 'MMDistributedDataParallel'
+        assert run['device_ids'] is None
+        assert run['broadcast_buffers'] is False
+        assert run['total'] == 3.  # 1 + 2
+    assert runs[0]['weight'] == runs[1]['weight']  # DDP kept them equal
+    for rank in (0, 1):
+        exit_state = json.loads((tmp_path / f'exit_{rank}.json').read_text())
+        assert exit_state == dict(alive=False)
