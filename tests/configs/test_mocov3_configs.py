@@ -110,8 +110,11 @@ def test_model_and_momentum(name, tau, batch, embed, proj_layers,
 def test_r50_schedule_lars_0_6_per_256():
     cfg = load(R50)
     opt = cfg.optim_wrapper.optimizer
-    assert cfg.optim_wrapper.constructor == 'LARSOptimWrapperConstructor'
-    assert opt.type == 'LARS' and opt.momentum == 0.9
+    # the MoCo v3 authors' LARS, 1-D parameters excluded by shape by the
+    # optimizer itself (tests/engine/optimizers/test_mocov3_lars.py)
+    assert 'constructor' not in cfg.optim_wrapper
+    assert opt.type == 'MoCoV3LARS' and opt.momentum == 0.9
+    assert opt.get('eta', 1e-3) == 1e-3
     assert opt.lr == pytest.approx(0.6 * 4096 / 256)
     assert opt.weight_decay == 1e-6
     warmup, cosine = cfg.param_scheduler
@@ -162,10 +165,20 @@ def test_linear_schedule(name, lr):
 # LARS: 1-D parameters get no weight decay and no adaptation
 # --------------------------------------------------------------------------
 
+# the config's documented switch to mmpretrain's LARS
+MMPRETRAIN_LARS = {
+    'optim_wrapper.optimizer.type': 'LARS',
+    'optim_wrapper.constructor': 'LARSOptimWrapperConstructor',
+}
 
-def r50_model_and_optimizer(paramwise_cfg=None, constructor=True):
+
+def r50_model_and_optimizer(paramwise_cfg=None,
+                            constructor=True,
+                            mmpretrain_lars=True):
     init_default_scope('mocoplug')
     cfg = load(R50)
+    if mmpretrain_lars:
+        cfg.merge_from_dict(MMPRETRAIN_LARS)
     model = MODELS.build(cfg.model)
     wrapper_cfg = copy.deepcopy(cfg.optim_wrapper)
     wrapper_cfg.type = 'OptimWrapper'
@@ -177,11 +190,35 @@ def r50_model_and_optimizer(paramwise_cfg=None, constructor=True):
     return model, build_optim_wrapper(model, wrapper_cfg).optimizer
 
 
+def test_r50_config_builds_mocov3_lars_over_one_group():
+    """As shipped: one group of every parameter (the frozen momentum
+    encoder gets no gradient, so no update), weight decay 1e-6; the BN
+    parameters a name-based rule would miss are 1-D, which MoCoV3LARS
+    excludes by shape."""
+    from mocoplug.engine.optimizers import MoCoV3LARS
+    model, optimizer = r50_model_and_optimizer(mmpretrain_lars=False)
+    assert isinstance(optimizer, MoCoV3LARS)
+    (group, ) = optimizer.param_groups
+    assert group['params'] == list(model.parameters())
+    assert (group['lr'], group['momentum'], group['weight_decay'],
+            group['eta']) == (9.6, 0.9, 1e-6, 1e-3)
+    assert not any(p.requires_grad
+                   for p in model.momentum_encoder.parameters())
+    named = dict(model.named_parameters())
+    for name in ('neck.mlp.1.weight', 'neck.mlp.1.bias',
+                 'predictor.mlp.1.weight', 'predictor.mlp.1.bias',
+                 'backbone.layer1.0.downsample.1.weight',
+                 'backbone.bn1.weight'):
+        assert named[name].ndim == 1, name
+
+
 def groups_by_param(optimizer):
     return {id(p): g for g in optimizer.param_groups for p in g['params']}
 
 
-def test_lars_excludes_every_1d_param_of_the_r50_config():
+def test_mmpretrain_lars_switch_excludes_every_1d_param():
+    """The config's switch to mmpretrain's LARS: LARSOptimWrapperConstructor
+    puts every 1-D parameter in an excluded group."""
     model, optimizer = r50_model_and_optimizer()
     groups = groups_by_param(optimizer)
     named = dict(model.named_parameters())

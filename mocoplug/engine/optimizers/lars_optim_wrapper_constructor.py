@@ -10,6 +10,7 @@ from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
                                OPTIMIZERS)
+from .mocov3_lars import MoCoV3LARS
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -36,6 +37,9 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     name or module type. Weights (conv, linear; ``ndim > 1``) keep the
     optimizer's weight decay and LARS adaptation.
 
+    :class:`MoCoV3LARS` (the MoCo v3 authors' update) makes the same
+    exclusion by shape itself and refuses this constructor.
+
     Example::
 
         optim_wrapper = dict(
@@ -57,6 +61,13 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         optimizer_type = self.optimizer_cfg.get('type')
         if isinstance(optimizer_type, str):
             optimizer_type = OPTIMIZERS.get(optimizer_type)
+        if isinstance(optimizer_type, type) and issubclass(
+                optimizer_type, MoCoV3LARS):
+            raise ValueError(
+                "LARSOptimWrapperConstructor is for mmpretrain's LARS; "
+                'MoCoV3LARS excludes 1-D parameters by shape itself: drop '
+                '`constructor` (one parameter group keeps its multi-tensor '
+                'step).')
         if not (isinstance(optimizer_type, type)
                 and issubclass(optimizer_type, LARS)):
             name = getattr(optimizer_type, '__name__',

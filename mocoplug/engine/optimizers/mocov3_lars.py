@@ -1,0 +1,246 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from collections import defaultdict
+from typing import Callable, Iterable, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from mocoplug.registry import OPTIMIZERS
+
+# The per-parameter state. The official code's name; unlike the
+# ``momentum_buffer`` of torch's SGD and mmpretrain's LARS it is not
+# multiplied by the learning rate (mmpretrain's folds the lr into it).
+BUFFER = 'mu'
+
+
+@OPTIMIZERS.register_module()
+class MoCoV3LARS(Optimizer):
+    """LARS as the MoCo v3 authors trained ResNet-50 with it.
+
+    `An Empirical Study of Training Self-Supervised Vision Transformers
+    <https://arxiv.org/abs/2104.02057>`_ (MoCo v3) trains its ResNet-50 with
+    LARS (`You et al. <https://arxiv.org/abs/1708.03888>`_), lr 0.6 per 256
+    images, weight decay 1e-6, momentum 0.9, trust coefficient 0.001; its
+    code (``moco/optimizer.py``) updates each parameter ``p`` with gradient
+    ``g`` at the current learning rate ``lr`` as:
+
+    .. code-block:: none
+
+        if p.ndim > 1:                       # conv / linear weights
+            d = g + wd * p
+            q = eta * ||p|| / ||d||  if ||p|| > 0 and ||d|| > 0  else 1
+            d = q * d
+        else:                                # norm gamma/beta, biases
+            d = g                            # no decay, no adaptation
+        mu = momentum * mu + d               # mu starts at 0
+        p = p - lr * (d + momentum * mu  if nesterov  else  mu)
+
+    It differs from mmpretrain's ``LARS`` in three places: (a) the trust
+    ratio divides by ``||g + wd p||``, not ``||g|| + wd ||p|| + eps``;
+    (b) a weight with a zero gradient has ``q = eta / wd``, so it shrinks
+    by ``lr * eta`` per step, not by ``lr * wd`` (mmpretrain sets ``q = 1``
+    when ``||g|| = 0``); (c) the buffer ``mu`` does not hold the learning
+    rate: the step multiplies it by the lr of the current iteration, where
+    mmpretrain's buffer accumulates ``lr_t * d_t`` with past lrs (the two
+    differ whenever the lr changes: warm-up, cosine).
+
+    1-D parameters are told apart by shape, per parameter (``p.ndim > 1``),
+    as in the official code: no parameter-group set-up is needed, and a
+    group's ``weight_decay`` applies to its weights only. mmpretrain's group
+    key ``lars_exclude`` is accepted on groups of 1-D parameters (those it
+    would exclude anyway) and refused on a weight (this update decays and
+    adapts every weight). Use one parameter group (no
+    ``LARSOptimWrapperConstructor``, which exists for mmpretrain's
+    ``LARS``): the multi-tensor path works per group.
+
+    The step never reads a tensor value on the host (``torch.where``
+    instead of ``.item()`` and Python tests), so a GPU is not synchronised
+    per parameter. With ``foreach`` it runs ``torch._foreach_*`` kernels
+    over all parameters of a group at once. With AMP, a ``GradScaler``
+    unscales the gradients before ``step`` and skips the step on
+    non-finite gradients; nothing else is needed here.
+
+    Args:
+        params (Iterable): Parameters or parameter groups (dicts).
+        lr (float): Learning rate.
+        momentum (float): Momentum factor. Defaults to 0.9 (the official).
+        weight_decay (float): Weight decay of the weights (``ndim > 1``).
+            Defaults to 0.
+        eta (float): Trust coefficient (the official ``trust_coefficient``;
+            mmpretrain's ``eta``). Defaults to 0.001.
+        nesterov (bool): Nesterov momentum. Defaults to False.
+        foreach (bool, optional): Use the multi-tensor kernels. None (the
+            default) uses them when every parameter is on a GPU, where they
+            save a kernel launch per operation and tensor; on CPU the loop
+            over tensors was faster (each tensor stays in cache through its
+            operations; ``tools/benchmark_lars.py``).
+    """
+
+    def __init__(self,
+                 params: Iterable,
+                 lr: float,
+                 momentum: float = 0.9,
+                 weight_decay: float = 0.,
+                 eta: float = 0.001,
+                 nesterov: bool = False,
+                 foreach: Optional[bool] = None) -> None:
+        for name, value in (('lr', lr), ('momentum', momentum),
+                            ('weight_decay', weight_decay), ('eta', eta)):
+            if not value >= 0.:
+                raise ValueError(
+                    f'MoCoV3LARS: `{name}` must be >= 0, got {value!r}')
+        if nesterov and momentum <= 0.:
+            raise ValueError('MoCoV3LARS: `nesterov=True` needs a positive '
+                             f'`momentum`, got {momentum!r}')
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            eta=eta,
+            nesterov=nesterov,
+            foreach=foreach)
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group; refuse ``lars_exclude=True`` on a weight."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        if group.get('lars_exclude', False):
+            weights = [tuple(p.shape) for p in group['params'] if p.ndim > 1]
+            if weights:
+                raise ValueError(
+                    'MoCoV3LARS excludes parameters from weight decay and '
+                    'adaptation by shape (ndim <= 1), as the official code; '
+                    'a group with lars_exclude=True holds weights of shape '
+                    f'{weights}, which it would decay and adapt. Drop '
+                    'lars_exclude (and LARSOptimWrapperConstructor), or use '
+                    "mmpretrain's LARS for per-group exclusion.")
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault('nesterov', False)
+            group.setdefault('foreach', None)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state saved by this optimizer; refuse another's buffers.
+
+        The momentum buffer of torch's SGD and mmpretrain's LARS
+        (``momentum_buffer``, the latter with the lr folded in) would be
+        misread here, so a state holding any key but ``mu`` is an error.
+        """
+        for index, param_state in state_dict.get('state', {}).items():
+            other = sorted(set(param_state) - {BUFFER})
+            if other:
+                raise ValueError(
+                    f'MoCoV3LARS.load_state_dict: the state of parameter '
+                    f'{index} has {other}, not only {BUFFER!r}: it was saved '
+                    "by another optimizer (torch's SGD and mmpretrain's LARS "
+                    "keep 'momentum_buffer'). Resume with the optimizer of "
+                    'the checkpoint, or start the optimizer afresh '
+                    '(load_from instead of resume).')
+        super().load_state_dict(state_dict)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable] = None) -> Optional[Tensor]:
+        """Perform one update at the current learning rate of each group.
+
+        Args:
+            closure (callable, optional): Re-evaluates the model and returns
+                the loss.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group['params'] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            buffers = []
+            for p in params:
+                state = self.state[p]
+                if BUFFER not in state:
+                    state[BUFFER] = torch.zeros_like(
+                        p, memory_format=torch.preserve_format)
+                buffers.append(state[BUFFER])
+            foreach = group['foreach']
+            if foreach is None:
+                foreach = all(p.is_cuda for p in params)
+            update = _foreach_update if foreach else _single_tensor_update
+            for p, g, b in _by_device_and_dtype(params, grads, buffers):
+                update(
+                    p,
+                    g,
+                    b,
+                    lr=group['lr'],
+                    momentum=group['momentum'],
+                    weight_decay=group['weight_decay'],
+                    eta=group['eta'],
+                    nesterov=group['nesterov'])
+        return loss
+
+
+def _by_device_and_dtype(
+    params: List[Tensor], grads: List[Tensor], buffers: List[Tensor]
+) -> Iterable[Tuple[List[Tensor], List[Tensor], List[Tensor]]]:
+    """Split the lists into runs of one device and dtype (what one
+    multi-tensor kernel, and ``torch.stack`` of their norms, accept)."""
+    runs = defaultdict(lambda: ([], [], []))
+    for p, g, b in zip(params, grads, buffers):
+        run = runs[(p.device, p.dtype)]
+        run[0].append(p)
+        run[1].append(g)
+        run[2].append(b)
+    return runs.values()
+
+
+def _trust_ratio(param_norm: Tensor, update_norm: Tensor,
+                 eta: float) -> Tensor:
+    """eta ||p|| / ||d|| where both norms are positive, else 1, without
+    reading the norms on the host (elementwise over stacked norms too)."""
+    positive = (param_norm > 0) & (update_norm > 0)
+    return torch.where(positive, eta * param_norm / update_norm, 1.)
+
+
+def _single_tensor_update(params: List[Tensor], grads: List[Tensor],
+                          buffers: List[Tensor], *, lr: float, momentum: float,
+                          weight_decay: float, eta: float,
+                          nesterov: bool) -> None:
+    """The update, one parameter at a time."""
+    for p, g, mu in zip(params, grads, buffers):
+        d = g
+        if p.ndim > 1:
+            d = g.add(p, alpha=weight_decay)
+            ratio = _trust_ratio(
+                torch.linalg.vector_norm(p), torch.linalg.vector_norm(d), eta)
+            d.mul_(ratio)
+        mu.mul_(momentum).add_(d)
+        p.add_(d.add(mu, alpha=momentum) if nesterov else mu, alpha=-lr)
+
+
+def _foreach_update(params: List[Tensor], grads: List[Tensor],
+                    buffers: List[Tensor], *, lr: float, momentum: float,
+                    weight_decay: float, eta: float, nesterov: bool) -> None:
+    """The same update with multi-tensor kernels (one device and dtype)."""
+    weights = [i for i, p in enumerate(params) if p.ndim > 1]
+    updates = list(grads)
+    if weights:
+        w_params = [params[i] for i in weights]
+        w_updates = torch._foreach_add([grads[i] for i in weights],
+                                       w_params,
+                                       alpha=weight_decay)
+        ratios = _trust_ratio(
+            torch.stack(torch._foreach_norm(w_params)),
+            torch.stack(torch._foreach_norm(w_updates)), eta)
+        torch._foreach_mul_(w_updates, list(ratios.unbind(0)))
+        for i, d in zip(weights, w_updates):
+            updates[i] = d
+    torch._foreach_mul_(buffers, momentum)
+    torch._foreach_add_(buffers, updates)
+    steps = buffers
+    if nesterov:
+        steps = torch._foreach_add(updates, buffers, alpha=momentum)
+    torch._foreach_add_(params, steps, alpha=-lr)
