@@ -150,7 +150,8 @@ custom_hooks = [
 # kept the loss above ln(K) (table above). MoCo v2's wd 1e-4.
 optim_wrapper = dict(
     type='OptimWrapper',
-    # fused: torch's one-pass SGD kernel, bit-identical to the default on CPU
+    # fused: torch's one-pass SGD kernel, the default's update to float32
+    # rounding (tests/configs/test_fused_optimizers.py)
     optimizer=dict(
         type='SGD', lr=0.005, momentum=0.9, weight_decay=1e-4, fused=True))
 param_scheduler = [

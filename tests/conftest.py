@@ -7,8 +7,10 @@ import torch
 
 import mocoplug  # noqa: F401  (registers everything)
 
+# 2 threads unless the caller chose (OMP_NUM_THREADS=1 must really run the
+# suite single-threaded, and spawned ranks inherit the same count)
 os.environ.setdefault('OMP_NUM_THREADS', '2')
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 _RUN_IDS = itertools.count()
 
 

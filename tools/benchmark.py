@@ -15,9 +15,10 @@ query forward and backward, key forward, logits and loss, optimizer step
 
 The optimizer (``--optimizer``): by default each implementation steps as its
 own configs make it step. mocoplug's configs ask for torch's fused SGD
-kernel (bit-identical updates on CPU, tested), mmpretrain's MoCo configs for
-torch's default SGD (a per-tensor loop on CPU, foreach kernels on CUDA);
-the floor, the cheapest known way to do the math, uses the fused kernel.
+kernel (the same updates to float32 rounding, tested), mmpretrain's MoCo
+configs for torch's default SGD (a per-tensor loop on CPU, foreach kernels
+on CUDA); the floor, the cheapest known way to do the math, uses the fused
+kernel.
 ``--optimizer fused`` (or ``default``) gives all three the same kernel, to
 compare the MoCo implementations alone.
 

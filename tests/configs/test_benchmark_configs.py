@@ -8,6 +8,7 @@ from mmengine.config import Config
 from mmpretrain.models import ResNet
 
 from .conftest import config_path, shrink_crops
+from .knn_margin import assert_knn_well_conditioned
 
 LINEAR = 'benchmarks/linear_r50_8xb32-steplr-100e_in1k.py'
 KNN = 'benchmarks/knn_r50_in1k.py'
@@ -16,9 +17,13 @@ KNN = 'benchmarks/knn_r50_in1k.py'
 @pytest.fixture(scope='module')
 def r50_checkpoint(tmp_path_factory):
     """A MoCo-style checkpoint: query encoder `backbone.*` (a random
-    ResNet-50) and a different key encoder."""
+    ResNet-50) and a different key encoder. Its residual branches' last BN
+    is not zero-initialised: with mmpretrain's default an untrained R50
+    gives 32 px digits of both classes features equal to 1e-6, and a kNN
+    check would compare how round-off breaks the ties."""
     torch.manual_seed(0)
-    query, key = ResNet(depth=50), ResNet(depth=50)
+    query = ResNet(depth=50, zero_init_residual=False)
+    key = ResNet(depth=50)
     query.init_weights()
     state = {f'backbone.{k}': v for k, v in query.state_dict().items()}
     state['momentum_encoder.backbone.conv1.weight'] = key.conv1.weight
@@ -118,6 +123,8 @@ def test_knn_tool_matches_a_direct_computation(tmp_path, load_tool,
         feats = query_encoder(batch['inputs'])[-1].mean((2, 3))
     feats = torch.nn.functional.normalize(feats, dim=1)
     labels = torch.tensor([int(s.gt_label) for s in batch['data_samples']])
+    # discrete: no decision within round-off of a tie (knn_margin.py)
+    assert_knn_well_conditioned(feats, feats, labels, 3, 0.07, 2)
     correct = 0
     for i in range(len(feats)):
         sims = feats @ feats[i]

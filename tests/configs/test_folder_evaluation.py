@@ -21,6 +21,7 @@ from mocoplug.utils import fill_data_root
 from ..conftest import unique_experiment_name
 from ..packaged_tools import run_packaged_tool
 from .conftest import config_path, shrink_crops
+from .knn_margin import assert_knn_well_conditioned
 
 KNN = 'benchmarks/knn_r50_in1k.py'
 LINEAR_FOLDER = 'benchmarks/linear_r50_8xb32-steplr-100e_folder.py'
@@ -132,6 +133,8 @@ def test_knn_on_train_val_folders_matches_a_direct_computation(
     assert bank.shape == (12, 128) and query.shape == (6, 128)
     expected = weighted_knn_accuracy(query, labels, bank, bank_labels, 3,
                                      (1, 3), 0.07)
+    for k in (1, 3):  # no decision within round-off of a tie
+        assert_knn_well_conditioned(query, bank, bank_labels, k, 0.07, 3)
     assert results == pytest.approx(expected)
     # the patterns are easy: every val image's nearest training image is
     # of its class
@@ -151,6 +154,8 @@ def test_knn_on_class_folders_is_leave_one_out(split_folder, moco_checkpoint,
                                     cfg.knn_memory_dataloader.dataset.pipeline,
                                     cfg.data_preprocessor)
     feats = F.normalize(feats, dim=1)
+    assert_knn_well_conditioned(
+        feats, feats, labels, 3, 0.1, 3, exclude_self=True)
     correct = 0
     for i in range(len(feats)):
         others = [j for j in range(len(feats)) if j != i]
@@ -238,6 +243,10 @@ def test_linear_folder_config_trains_on_the_folder(tmp_path, load_tool,
             labels = torch.tensor(
                 [int(s.gt_label) for s in data['data_samples']])
             correct += int((logits.argmax(1) == labels).sum())
+            # discrete: no prediction within round-off (~1e-6 of logits
+            # of size ~1) of a tie with another class
+            best = logits.topk(2, dim=1).values
+            assert (best[:, 0] - best[:, 1]).min() > 1e-4
     top1 = runner.message_hub.get_scalar('val/accuracy/top1').current()
     assert top1 == pytest.approx(100 * correct / 6)
 

@@ -270,7 +270,7 @@ def test_lars_step_adapts_and_decays_weights_only():
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5),
-        torch.nn.Linear(5, 3, bias=False))
+        torch.nn.Linear(5, 3, bias=False)).double()
     lr, wd, eta = 0.5, 0.1, 1e-3
     optimizer = LARSOptimWrapperConstructor(
         dict(
@@ -288,7 +288,11 @@ def test_lars_step_adapts_and_decays_weights_only():
             expected = w - lr * trust * (g + wd * w)
         else:
             expected = w - lr * g
-        assert torch.allclose(p, expected, atol=1e-7)
+        # float64: norms of <= 30 elements and a few more operations, each
+        # side within 40 x 2^-53 x (|w| + lr |g|) < 1e-14 of the exact value
+        # (in float32 that bound, 5e-6, exceeds the old atol=1e-7 + 1e-5
+        # |expected| wherever the expected weight is near 0)
+        assert torch.allclose(p, expected, rtol=0, atol=1e-12)
 
 
 def test_lars_constructor_refuses_another_optimizer():

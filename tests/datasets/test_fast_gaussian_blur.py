@@ -21,6 +21,10 @@ def test_matches_torchvision_gaussian_blur_within_one_grey_level(sigma):
     ref = TF.gaussian_blur(
         torch.from_numpy(img).permute(2, 0, 1), [size, size], [sigma, sigma])
     ref = ref.permute(1, 2, 0).numpy().astype(int)
+    # OpenCV's 8-bit blur is bit-exact fixed point (the same on every CPU)
+    # and within 0.98 of the exact blur on this photo; torchvision's float32
+    # blur is within 4e-4 of it and rounds once. Whichever way a CPU rounds
+    # a value near .5, the two differ by < 0.98 + 0.5 + 4e-4 < 2 levels.
     assert np.abs(out.astype(int) - ref).max() <= 1
 
 

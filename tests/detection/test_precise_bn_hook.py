@@ -53,11 +53,12 @@ class ConstantImages(Dataset):
 
 
 def test_stats_are_the_average_of_batch_statistics():
-    model = BNModel().train()
+    model = BNModel().double().train()
     gen = torch.Generator().manual_seed(0)
     batches = [
-        dict(inputs=torch.randn(4, 3, 5, 5, generator=gen) * (i + 1) + i)
-        for i in range(5)
+        dict(
+            inputs=torch.randn(4, 3, 5, 5, generator=gen, dtype=torch.float64)
+            * (i + 1) + i) for i in range(5)
     ]
     frozen = model.frozen.running_mean.clone()
     count = precise_bn_stats(model, iter(batches), num_iters=3)
@@ -65,8 +66,14 @@ def test_stats_are_the_average_of_batch_statistics():
     used = torch.stack([b['inputs'] for b in batches[:3]])
     means = used.mean((1, 3, 4))  # per batch, per channel
     vars_ = used.transpose(1, 2).flatten(2).var(2, unbiased=True)
-    assert torch.allclose(model.bn.running_mean, means.mean(0), atol=1e-5)
-    assert torch.allclose(model.bn.running_var, vars_.mean(0), atol=1e-4)
+    # float64: BN's and these means / variances of 100 values of size <= 15
+    # (squares <= 225), averaged over 3 batches, in any summation order:
+    # within 110 x 2^-53 x 225 < 3e-12 (float32's bounds, 1e-4 and 1.5e-3,
+    # exceeded the old 1e-5 and 1e-4)
+    assert torch.allclose(
+        model.bn.running_mean, means.mean(0), rtol=0, atol=1e-10)
+    assert torch.allclose(
+        model.bn.running_var, vars_.mean(0), rtol=0, atol=1e-10)
     assert model.bn.momentum == 0.1  # restored
     assert torch.equal(model.frozen.running_mean, frozen)
 
@@ -132,6 +139,8 @@ def test_hook_replaces_moving_averages_at_the_end(tmp_path):
     assert hook._calls == 1
     bn = runner.model.bn
     v = torch.arange(1., 4.)
+    # sums of small integers are exact in float32; the means and the final
+    # division by 31 round once or twice (<= 2 u, within rtol=1e-5)
     assert torch.allclose(bn.running_mean, 1.5 * v)
     assert torch.allclose(bn.running_var, 8 * v**2 / 31)
 

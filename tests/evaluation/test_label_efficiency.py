@@ -67,5 +67,7 @@ def test_matches_sklearn_on_standardised_features():
             C=1.0, max_iter=5000).fit((train[kept] - mean) / std, labels[kept])
         expected.append((clf.predict(
             (test - mean) / std) == test_labels).mean() * 100)
+    # the same float64 numpy standardisation and sklearn fit on the same
+    # values, in the same process: the same predictions, not just close
     assert acc['test'] == pytest.approx(expected)
     assert len(set(acc['test'])) > 1  # the draws differ

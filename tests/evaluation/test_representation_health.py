@@ -10,6 +10,14 @@ from mocoplug.evaluation import (alignment, embedding_std,
 
 X = [[3., 4., 0.], [0., 2., 0.], [1., 1., 1.], [-2., 0., 2.]]
 Y = [[0., 5., 0.], [1., 0., 0.], [1., 1., 0.], [0., 0., -3.]]
+# The measures compute in float32 (u = 2^-24) from unit vectors, through
+# fewer than 30 roundings of O(1) terms (normalising 4, a mean or std over
+# 4 rows 10, over 3 dimensions 3; the column stds here are >= 0.37, so the
+# square root does not amplify): within 30 u = 2e-6 of the exact values;
+# uniformity's exponent t d^2 <= 8 scales its share: 8 x 10 u = 5e-6. The
+# values here are >= 0.47 in magnitude, so rel=1e-5 holds on any CPU
+# (pytest.approx's default, 1e-6, was below these bounds).
+RTOL = 1e-5
 
 
 def unit(rows):
@@ -33,10 +41,11 @@ def test_embedding_std_is_the_mean_per_dimension_std_of_unit_vectors():
         mean = sum(col) / n
         stds.append(math.sqrt(sum((v - mean)**2 for v in col) / (n - 1)))
     assert embedding_std(torch.tensor(X)).item() == pytest.approx(
-        sum(stds) / d)
+        sum(stds) / d, rel=RTOL)
 
 
 def test_embedding_std_is_zero_at_collapse_and_near_1_over_sqrt_d_spread():
+    # exact: every row normalises to 0.25 exactly, so the stds are 0
     assert embedding_std(torch.ones(8, 16) * 3).item() == 0
     spread = torch.randn(4096, 64, generator=torch.Generator().manual_seed(0))
     assert embedding_std(spread).item() == pytest.approx(
@@ -47,7 +56,7 @@ def test_alignment_is_the_mean_squared_distance_of_positive_pairs():
     x, y = unit(X), unit(Y)
     expected = sum(sq_dist(a, b) for a, b in zip(x, y)) / len(x)
     assert alignment(torch.tensor(X), torch.tensor(Y)).item() == \
-        pytest.approx(expected)
+        pytest.approx(expected, rel=RTOL)
 
 
 def test_uniformity_is_the_log_mean_gaussian_potential_over_pairs():
@@ -58,7 +67,8 @@ def test_uniformity_is_the_log_mean_gaussian_potential_over_pairs():
             for j in range(i + 1, len(x))
         ]
         assert uniformity(torch.tensor(X), t).item() == pytest.approx(
-            math.log(sum(pots) / len(pots)))
+            math.log(sum(pots) / len(pots)), rel=RTOL)
+    # identical rows: distances exactly 0, exp(0) = 1, log(1) = 0
     assert uniformity(torch.ones(5, 3)).item() == pytest.approx(0, abs=1e-6)
 
 

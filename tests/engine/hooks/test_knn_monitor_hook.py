@@ -44,6 +44,8 @@ def test_logs_the_knn_accuracy_of_the_current_backbone(tmp_path,
     assert bank.shape == (64, 128) and query.shape == (32, 128)
     expected = weighted_knn_accuracy(query, labels, bank, bank_labels, 10,
                                      (5, 20))
+    # the same functions on the same weights in the same process as the
+    # hook's last evaluation: the same figures
     assert hook.last_metrics == pytest.approx(expected)
     # evaluated at iterations 2 and 3 (interval 2, then the last one)
     knn = [r for r in load_scalars(str(tmp_path)) if 'knn/top1_k5' in r]

@@ -6,28 +6,35 @@ from mmpretrain.models.necks import LinearNeck, MoCoV2Neck, NonLinearNeck
 
 from mocoplug.models import MoCoProjectionNeck
 
+# float64 on both sides. Worst case, in any summation order or vector width
+# (Higham's gamma_n): an output is within (49 + 2 x 2048) 2^-53 S of the
+# exact value, S the sum of |terms| (<= 430 for these inputs): < 2e-10; the
+# BN layers rescale to O(1). The same bound in float32 is 0.1: the old
+# atol=1e-6 held only because round-off errors cancel.
+ATOL = 1e-9
+
 
 def layer_types(neck):
     return [type(m).__name__ for m in neck.mlp]
 
 
 def test_v1_is_one_linear_layer_like_mmpretrain_linear_neck():
-    neck = MoCoProjectionNeck(2048, 2048, 128, num_layers=1)
+    neck = MoCoProjectionNeck(2048, 2048, 128, num_layers=1).double()
     assert layer_types(neck) == ['Linear']
-    ref = LinearNeck(2048, 128, gap_dim=2, norm_cfg=None)
+    ref = LinearNeck(2048, 128, gap_dim=2, norm_cfg=None).double()
     ref.fc.load_state_dict(neck.mlp[0].state_dict())
-    x = (torch.randn(2, 2048, 7, 7), )
-    assert torch.allclose(neck(x)[0], ref(x)[0], atol=1e-6)
+    x = (torch.randn(2, 2048, 7, 7, dtype=torch.float64), )
+    assert torch.allclose(neck(x)[0], ref(x)[0], rtol=0, atol=ATOL)
 
 
 def test_v2_matches_mmpretrain_mocov2_neck_with_the_same_state_dict():
-    neck = MoCoProjectionNeck(2048, 2048, 128)
+    neck = MoCoProjectionNeck(2048, 2048, 128).double()
     assert layer_types(neck) == ['Linear', 'ReLU', 'Linear']
-    ref = MoCoV2Neck(2048, 2048, 128)
+    ref = MoCoV2Neck(2048, 2048, 128).double()
     ref.load_state_dict(neck.state_dict())  # same key names: mlp.0, mlp.2
-    x = (torch.randn(2, 2048, 7, 7), )
+    x = (torch.randn(2, 2048, 7, 7, dtype=torch.float64), )
     assert neck(x)[0].shape == (2, 128)
-    assert torch.allclose(neck(x)[0], ref(x)[0], atol=1e-6)
+    assert torch.allclose(neck(x)[0], ref(x)[0], rtol=0, atol=ATOL)
 
 
 @pytest.mark.parametrize('num_layers', [2, 3])
@@ -63,8 +70,9 @@ def test_v3_projector_matches_mmpretrain_non_linear_neck(num_layers):
     for i, (fc, bn) in enumerate(zip(linears, norms)):
         getattr(ref, f'fc{i}').load_state_dict(fc.state_dict())
         getattr(ref, f'bn{i}').load_state_dict(bn.state_dict())
-    x = (torch.randn(8, 256), )
-    assert torch.allclose(neck(x)[0], ref(x)[0], atol=1e-5)
+    neck.double(), ref.double()
+    x = (torch.randn(8, 256, dtype=torch.float64), )
+    assert torch.allclose(neck(x)[0], ref(x)[0], rtol=0, atol=ATOL)
 
 
 def test_v3_predictor_has_no_last_bn():

@@ -5,6 +5,16 @@ import torch.nn.functional as F
 
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
 
+# Worst-case round-off (Higham's gamma_n, any summation order or vector
+# width) for unit vectors of C channels, M negatives, 1/t <= 100: a logit
+# q.n / t is within (C + 2) u / t of the exact one (sum of |q_i n_i| <= 1),
+# and the log of a sum of M + 1 positive terms within (M + 2) u of it, so
+# the loss is within L(u) = 2 (C + 2) u / t + (M + 3) u: for float64
+# (u = 2^-53) and C = 8, M = 50, t = 0.07, L < 4e-14, a relative 1e-14 of
+# the losses (>= 3.9). The gradient (1/t)(sum_j p_j n_j - (1 - p_0) k) / N
+# is within (M + C + 6) u (2/t) / N < 1.1e-13 per component in absolute
+# terms (components near 0 have no relative bound).
+
 
 def composed(query, key, bank, t, mask=None):
     """The textbook computation: (N, 1 + M) logits, cross-entropy at 0."""
@@ -44,7 +54,14 @@ def test_loss_and_gradient_equal_the_composed_cross_entropy(t, with_mask):
     (ref_loss * weight).backward()
     assert loss.dtype == torch.float64
     torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=0)
-    torch.testing.assert_close(q1.grad, q2.grad, rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(q1.grad, q2.grad, rtol=1e-10, atol=1e-12)
+    # the hits are discrete: equal because no negative is within round-off
+    # (1e-14) of its positive, which this asserts
+    neg = query @ bank.t()
+    if mask is not None:
+        neg = neg.masked_fill(mask, float('-inf'))
+    pos = (query * key).sum(1)
+    assert ((neg.amax(1) - pos).abs() > 1e-9).all()
     assert torch.equal(hits, ref_hits) and hits[2]
     assert not hits.requires_grad
 
@@ -64,7 +81,8 @@ def test_fully_masked_row_leaves_only_the_positive():
     mask[1] = True
     loss, hits = fused_info_nce(query, key, bank, 0.2, mask)
     ref, _ = composed(query[:1], key[:1], bank, 0.2)
-    # row 1: -log(exp(p) / exp(p)) = 0, so the mean is half of row 0's loss
+    # row 1: -log(exp(p) / exp(p)) = 0 exactly (exp(0) = 1, log(1) = 0), so
+    # the mean is half of row 0's loss; row 0 as above (L < 1e-14)
     torch.testing.assert_close(loss, ref / 2, rtol=1e-12, atol=0)
     assert hits[1]
 
@@ -75,7 +93,13 @@ def test_float32_matches_float64_and_large_inverse_temperature_is_finite():
         ref, _ = composed(query, key, bank, t)
         loss, _ = fused_info_nce(query.float(), key.float(), bank.float(), t)
         assert loss.dtype == torch.float32 and torch.isfinite(loss)
-        torch.testing.assert_close(loss.double(), ref, rtol=1e-5, atol=1e-5)
+        # L(2^-24) above (C = 16, M = 4096) plus the rounding of q and n to
+        # float32 (4 u / t more): 4.8e-4 at t = 0.01 (loss 79), 2.6e-4 at
+        # t = 0.2 (loss 9.1), within atol + rtol |loss| (7.9e-3, 9.2e-4)
+        u = 2.0**-24
+        bound = ((2 * 16 + 8) / t + 4096 + 3) * u
+        assert bound < 1e-5 + 1e-4 * ref.abs()
+        torch.testing.assert_close(loss.double(), ref, rtol=1e-4, atol=1e-5)
 
 
 def test_float32_under_bf16_autocast_and_gradient_in_the_query_dtype():
@@ -85,7 +109,10 @@ def test_float32_under_bf16_autocast_and_gradient_in_the_query_dtype():
         loss, _ = fused_info_nce(q, key, bank, 0.2)
     assert loss.dtype == torch.float32
     ref, _ = composed(q.detach().float(), key, bank, 0.2)
-    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    # the same bfloat16 queries, then float32 on both sides: each is within
+    # L(2^-24) = (2 (8 + 2) / 0.2 + 35) u = 8e-6 of the exact loss (C = 8,
+    # M = 32, see the top), so they differ by < 1.6e-5 < 1e-5 + 1e-5 |loss|
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
     loss.backward()
     assert q.grad.dtype == torch.bfloat16
 
