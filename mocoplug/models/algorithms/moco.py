@@ -9,7 +9,7 @@ from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import SplitBatchNorm, check_feature_dims
+from ..utils import SplitBatchNorm, at_least_float32, check_feature_dims
 from ..utils.split_batch_norm import SPLITTABLE
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 
@@ -118,8 +118,8 @@ class MoCo(BaseMomentumSelfSupervisor):
             images (torch.Tensor): Key views, shape (N, C, H, W).
 
         Returns:
-            torch.Tensor: L2-normalised float32 keys (N, D), in the input
-            order.
+            torch.Tensor: L2-normalised keys (N, D), in the input order, in
+            float32 or wider (float64 for a float64 model).
         """
         mode = self.shuffle_bn
         if mode == 'ddp' and get_world_size() == 1:
@@ -133,14 +133,18 @@ class MoCo(BaseMomentumSelfSupervisor):
             mode = 'none'
         if mode == 'ddp':
             images, idx_unshuffle = batch_shuffle_ddp(images)
-            keys = F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
-            return batch_unshuffle_ddp(keys, idx_unshuffle)
+            return batch_unshuffle_ddp(self.embed_keys(images), idx_unshuffle)
         if mode == 'split':
             perm = torch.randperm(images.shape[0], device=images.device)
-            keys = F.normalize(
-                self.momentum_encoder(images[perm])[0].float(), dim=1)
-            return keys[torch.argsort(perm)]
-        return F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
+            return self.embed_keys(images[perm])[torch.argsort(perm)]
+        return self.embed_keys(images)
+
+    def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised momentum-encoder embeddings of ``images``, in the
+        order given, in float32 or wider (no overflow at 1/t under
+        autocast; a float64 model stays float64)."""
+        return F.normalize(
+            at_least_float32(self.momentum_encoder(images)[0]), dim=1)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -158,8 +162,10 @@ class MoCo(BaseMomentumSelfSupervisor):
         """
         self.check_momentum_updates()
         im_q, im_k = self.views(inputs, 'MoCo')
-        # Similarities in float32 (also under autocast): no overflow at 1/t.
-        query = F.normalize(self.neck(self.backbone(im_q))[0].float(), dim=1)
+        # Similarities in float32 or wider (float32 under autocast: no
+        # overflow at 1/t; float64 for a float64 model).
+        query = F.normalize(
+            at_least_float32(self.neck(self.backbone(im_q))[0]), dim=1)
         key = self.encode_keys(im_k)
         ids = None
         if self.queue.exclude_same_instance:

@@ -7,7 +7,7 @@ from mmengine.dist import all_gather, get_rank, get_world_size
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import check_feature_dims
+from ..utils import at_least_float32, check_feature_dims
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 from .moco import sample_indices
 
@@ -102,9 +102,10 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         Returns:
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
-        # Similarities in float32 (also under autocast): no overflow at 1/t.
-        query = F.normalize(query.float(), dim=1)
-        key = F.normalize(key.float(), dim=1)
+        # Similarities in float32 or wider (float32 under autocast: no
+        # overflow at 1/t; float64 for a float64 model).
+        query = F.normalize(at_least_float32(query), dim=1)
+        key = F.normalize(at_least_float32(key), dim=1)
         if self.queue is not None:
             if self.queue.dim != query.shape[1]:
                 raise ValueError(
@@ -159,7 +160,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         self.stash_for_monitor((q1, q2), (k2, k1))
         if self.queue is not None:
             # Written once this step's backward is done (NegativeKeyQueue).
-            keys = F.normalize(torch.cat([k1, k2]).float(), dim=1)
+            keys = F.normalize(at_least_float32(torch.cat([k1, k2])), dim=1)
             self.queue.enqueue(keys,
                                None if ids is None else torch.cat([ids, ids]))
         return dict(
