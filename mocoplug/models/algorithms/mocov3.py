@@ -147,14 +147,15 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         """
         self.check_momentum_updates()
         view_1, view_2 = self.views(inputs, 'MoCoV3')
+        ids = None
+        if self.queue is not None and self.queue.exclude_same_instance:
+            # before the forwards: the copy to the device overlaps them
+            ids = sample_indices(data_samples, view_1.device)
         q1 = self.predictor(self.neck(self.backbone(view_1)))[0]
         q2 = self.predictor(self.neck(self.backbone(view_2)))[0]
         with torch.no_grad():
             k1 = self.momentum_encoder(view_1)[0]
             k2 = self.momentum_encoder(view_2)[0]
-        ids = None
-        if self.queue is not None and self.queue.exclude_same_instance:
-            ids = sample_indices(data_samples, view_1.device)
         term_1 = self.contrast(q1, k2, ids)
         term_2 = self.contrast(q2, k1, ids)
         self.stash_for_monitor((q1, q2), (k2, k1))
