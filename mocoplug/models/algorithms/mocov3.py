@@ -117,20 +117,16 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             return self.head.loss_against(query, key, self.queue.read(query),
                                           mask)
         # In-batch negatives of the global batch; the positive's column is
-        # masked out of the negatives (it is the positive, `key`).
+        # masked out of the negatives (it is the positive, `key`). Every
+        # rank holds a batch of the same size (the gather needs it; the
+        # sampler guarantees it, checked by MoCoConfigCheckHook), so the
+        # positive of query i is key rank * N + i.
         n = query.shape[0]
         world_size = get_world_size()
         keys = torch.cat(all_gather(key), dim=0) if world_size > 1 else key
-        if keys.shape[0] != n * world_size:
-            raise RuntimeError(
-                f'MoCoV3: gathered {keys.shape[0]} keys from {world_size} '
-                f'ranks with {n} queries each; every rank must hold the '
-                'same number of images per batch (use DefaultSampler and '
-                'the same batch_size on all ranks).')
         mask = torch.zeros(
             n, keys.shape[0], dtype=torch.bool, device=query.device)
-        rows = torch.arange(n, device=query.device)
-        mask[rows, rows + n * get_rank()] = True
+        mask.diagonal(n * get_rank()).fill_(True)
         return self.head.loss_against(query, key, keys, mask)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],

@@ -58,8 +58,10 @@ class NegativeKeyQueue(BaseModule):
         dim (int): Dimension C of a key. Defaults to 128.
         gather (bool): Whether :meth:`enqueue` all-gathers the keys of every
             rank first, so all ranks keep the same queue. Every rank must
-            then enqueue the same number of keys per call (as with
-            ``DefaultSampler``). Defaults to True.
+            then enqueue the same number of keys per call: mmengine's
+            ``DefaultSampler`` / ``InfiniteSampler`` guarantee it, and
+            ``MoCoConfigCheckHook`` refuses other samplers before a
+            distributed run. Defaults to True.
         exclude_same_instance (bool): Whether to remember the dataset index
             of every stored key so that :meth:`same_instance_mask` can mask
             older keys of the very image being queried out of the loss
