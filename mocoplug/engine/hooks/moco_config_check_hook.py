@@ -5,15 +5,16 @@ import logging
 from typing import Iterator, List
 
 import torch.nn as nn
-from mmengine.dataset import BaseDataset, InfiniteSampler
+from mmengine.dataset import BaseDataset, DefaultSampler, InfiniteSampler
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import Runner
+from mmpretrain.datasets.samplers import RepeatAugSampler
 from mmpretrain.datasets.transforms import PackInputs
 from mmpretrain.utils import get_ori_model
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils.data import ConcatDataset, DataLoader
+from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 
 from mocoplug.registry import HOOKS
 
@@ -68,6 +69,72 @@ def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
             f'(model.num_splits={splits}), so training would stop there: '
             'set train_dataloader.drop_last=True (as the MoCo configs do) '
             'or change the batch size or num_splits.')
+
+
+EQUAL_SHARES = ("sampler=dict(type='DefaultSampler', shuffle=True) (its "
+                'default round_up=True pads every share to the same size) '
+                "or dict(type='InfiniteSampler')")
+
+
+def gathers(model: nn.Module) -> List[str]:
+    """What of ``model`` exchanges tensors of one shape between processes
+    (``all_gather``): Shuffle BN across processes, the queue's gathered
+    keys, MoCo v3's in-batch keys."""
+    found = []
+    if getattr(model, 'shuffle_bn', None) == 'ddp':
+        found.append("model.shuffle_bn='ddp'")
+    queue = getattr(model, 'queue', None)
+    if queue is not None and getattr(queue, 'gather', False):
+        found.append('model.queue.gather=True')
+    if type(model).__name__ == 'MoCoV3' and queue is None:
+        found.append("MoCoV3's in-batch negatives (keys of all processes)")
+    return found
+
+
+def check_equal_batches(model: nn.Module, loader: DataLoader,
+                        world_size: int) -> None:
+    """Several processes: every one of them must hold a batch of the same
+    size at every step, the last one of a pass over the data included.
+
+    Shuffle BN, the queue and MoCo v3 ``all_gather`` the batch of every
+    process, and a collective moves tensors of one shape: with unequal
+    batches NCCL would hang (or read past the end of the smaller one), not
+    fail. mmengine's ``DefaultSampler`` (``round_up=True``, its default)
+    and ``InfiniteSampler``, and mmpretrain's ``RepeatAugSampler``, give
+    every process the same number of samples; batched by the loader's
+    ``batch_size`` (no custom ``batch_sampler``), every batch then has the
+    same size on every process. Any other sampler or batch sampler is
+    refused before training.
+    """
+    if world_size <= 1:
+        return
+    reasons = gathers(model)
+    if not reasons:
+        return
+    why = (f'{type(model).__name__} on {world_size} processes gathers every '
+           f"process's batch ({', '.join(reasons)}), which needs batches of "
+           'the same size on all processes at every step (unequal ones '
+           'would hang NCCL)')
+    batch_sampler = getattr(loader, 'batch_sampler', None)
+    if type(batch_sampler) is not BatchSampler:
+        raise ValueError(
+            f'{why}, but train_dataloader.batch_sampler is a '
+            f'{type(batch_sampler).__name__}, which may batch the processes '
+            'differently: remove train_dataloader.batch_sampler (its '
+            'batch_size and drop_last batch every process alike).')
+    sampler = batch_sampler.sampler
+    if isinstance(sampler, DefaultSampler) and not sampler.round_up:
+        raise ValueError(
+            f'{why}, but train_dataloader.sampler.round_up=False leaves the '
+            "processes' shares of different sizes: set "
+            'train_dataloader.sampler.round_up=True (the default).')
+    if not isinstance(sampler,
+                      (DefaultSampler, InfiniteSampler, RepeatAugSampler)):
+        raise ValueError(
+            f'{why}, but train_dataloader.sampler is a '
+            f'{type(sampler).__name__}, which is not known to give every '
+            f'process the same number of images: use {EQUAL_SHARES} in '
+            'train_dataloader.')
 
 
 def _transforms(obj, depth: int = 0) -> Iterator:
@@ -178,6 +245,9 @@ class MoCoConfigCheckHook(Hook):
     before any image is read), with an error that names the field and the
     fix:
 
+    - several processes and a model that gathers their batches (Shuffle
+      BN across GPUs, the queue, MoCo v3): a sampler that gives every
+      process batches of the same size (:func:`check_equal_batches`);
     - ``shuffle_bn='split'``: ``num_splits`` vs the per-GPU batch size and
       the last batch (:func:`check_split_batch`);
     - ``exclude_same_instance=True`` vs a dataset or pipeline that yields
@@ -196,6 +266,8 @@ class MoCoConfigCheckHook(Hook):
         if not hasattr(model, 'momentum_pairs'):  # not a MoCo model
             return
         loader = runner.train_dataloader
+        world_size = get_world_size()
+        check_equal_batches(model, loader, world_size)
         check_split_batch(model, loader)
         check_sample_idx(model, loader.dataset)
-        warn_without_sync_bn(model, get_world_size())
+        warn_without_sync_bn(model, world_size)

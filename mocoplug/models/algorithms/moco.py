@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 from mmengine.dist import get_world_size
 from mmengine.logging import print_log
-from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import SplitBatchNorm, check_feature_dims
+from ..utils import SplitBatchNorm, at_least_float32, check_feature_dims
+from ..utils.batch_shuffle import batch_shuffle_ddp, batch_unshuffle_ddp
 from ..utils.split_batch_norm import SPLITTABLE
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 
@@ -114,12 +114,16 @@ class MoCo(BaseMomentumSelfSupervisor):
     def encode_keys(self, images: torch.Tensor) -> torch.Tensor:
         """Encode key images with the momentum encoder under Shuffle BN.
 
+        The permutations are drawn on the images' device with its default
+        generator: no host synchronisation (see
+        :func:`~mocoplug.models.utils.batch_shuffle.batch_shuffle_ddp`).
+
         Args:
             images (torch.Tensor): Key views, shape (N, C, H, W).
 
         Returns:
-            torch.Tensor: L2-normalised float32 keys (N, D), in the input
-            order.
+            torch.Tensor: L2-normalised keys (N, D), in the input order, in
+            float32 or wider (float64 for a float64 model).
         """
         mode = self.shuffle_bn
         if mode == 'ddp' and get_world_size() == 1:
@@ -132,15 +136,19 @@ class MoCo(BaseMomentumSelfSupervisor):
                 self._warned_single_process = True
             mode = 'none'
         if mode == 'ddp':
-            images, idx_unshuffle = batch_shuffle_ddp(images)
-            keys = F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
-            return batch_unshuffle_ddp(keys, idx_unshuffle)
+            images, perm = batch_shuffle_ddp(images)
+            return batch_unshuffle_ddp(self.embed_keys(images), perm)
         if mode == 'split':
             perm = torch.randperm(images.shape[0], device=images.device)
-            keys = F.normalize(
-                self.momentum_encoder(images[perm])[0].float(), dim=1)
-            return keys[torch.argsort(perm)]
-        return F.normalize(self.momentum_encoder(images)[0].float(), dim=1)
+            return self.embed_keys(images[perm])[torch.argsort(perm)]
+        return self.embed_keys(images)
+
+    def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised momentum-encoder embeddings of ``images``, in the
+        order given, in float32 or wider (no overflow at 1/t under
+        autocast; a float64 model stays float64)."""
+        return F.normalize(
+            at_least_float32(self.momentum_encoder(images)[0]), dim=1)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -158,12 +166,15 @@ class MoCo(BaseMomentumSelfSupervisor):
         """
         self.check_momentum_updates()
         im_q, im_k = self.views(inputs, 'MoCo')
-        # Similarities in float32 (also under autocast): no overflow at 1/t.
-        query = F.normalize(self.neck(self.backbone(im_q))[0].float(), dim=1)
-        key = self.encode_keys(im_k)
         ids = None
         if self.queue.exclude_same_instance:
+            # before the forwards: the copy to the device overlaps them
             ids = sample_indices(data_samples, im_q.device)
+        # Similarities in float32 or wider (float32 under autocast: no
+        # overflow at 1/t; float64 for a float64 model).
+        query = F.normalize(
+            at_least_float32(self.neck(self.backbone(im_q))[0]), dim=1)
+        key = self.encode_keys(im_k)
         mask = self.queue.same_instance_mask(ids)
         # The queue itself, no copy; the head forms no (N, K + 1) logits.
         losses = self.head.loss_against(query, key, self.queue.read(query),
@@ -177,11 +188,21 @@ class MoCo(BaseMomentumSelfSupervisor):
 def sample_indices(data_samples: Optional[List[DataSample]],
                    device: torch.device) -> torch.Tensor:
     """Dataset indices of a batch, from the ``sample_idx`` that mmpretrain's
-    ``PackInputs`` stores in every data sample."""
+    ``PackInputs`` stores in every data sample, on ``device``.
+
+    Built on the host and copied without blocking it: from pinned memory
+    with ``non_blocking=True`` on CUDA (the copy is queued on the current
+    stream, ahead of the kernels that read the ids, and the caching host
+    allocator keeps the pinned buffer until the copy has run). A pageable
+    ``torch.tensor(..., device='cuda')`` would make the host wait for all
+    the work queued before it.
+    """
     if not data_samples or 'sample_idx' not in data_samples[0]:
         raise ValueError(
             'exclude_same_instance=True needs the dataset index of every '
             "image: keep 'sample_idx' in PackInputs' meta_keys (it is there "
             'by default) and use a dataset derived from mmengine BaseDataset.')
-    return torch.tensor([int(s.sample_idx) for s in data_samples],
-                        device=device)
+    ids = torch.tensor([int(s.sample_idx) for s in data_samples],
+                       dtype=torch.long,
+                       pin_memory=torch.device(device).type == 'cuda')
+    return ids.to(device, non_blocking=True)

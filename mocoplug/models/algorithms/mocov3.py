@@ -7,7 +7,7 @@ from mmengine.dist import all_gather, get_rank, get_world_size
 from mmpretrain.structures import DataSample
 
 from mocoplug.registry import MODELS
-from ..utils import check_feature_dims
+from ..utils import at_least_float32, check_feature_dims
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 from .moco import sample_indices
 
@@ -102,9 +102,10 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         Returns:
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
-        # Similarities in float32 (also under autocast): no overflow at 1/t.
-        query = F.normalize(query.float(), dim=1)
-        key = F.normalize(key.float(), dim=1)
+        # Similarities in float32 or wider (float32 under autocast: no
+        # overflow at 1/t; float64 for a float64 model).
+        query = F.normalize(at_least_float32(query), dim=1)
+        key = F.normalize(at_least_float32(key), dim=1)
         if self.queue is not None:
             if self.queue.dim != query.shape[1]:
                 raise ValueError(
@@ -116,20 +117,16 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             return self.head.loss_against(query, key, self.queue.read(query),
                                           mask)
         # In-batch negatives of the global batch; the positive's column is
-        # masked out of the negatives (it is the positive, `key`).
+        # masked out of the negatives (it is the positive, `key`). Every
+        # rank holds a batch of the same size (the gather needs it; the
+        # sampler guarantees it, checked by MoCoConfigCheckHook), so the
+        # positive of query i is key rank * N + i.
         n = query.shape[0]
         world_size = get_world_size()
         keys = torch.cat(all_gather(key), dim=0) if world_size > 1 else key
-        if keys.shape[0] != n * world_size:
-            raise RuntimeError(
-                f'MoCoV3: gathered {keys.shape[0]} keys from {world_size} '
-                f'ranks with {n} queries each; every rank must hold the '
-                'same number of images per batch (use DefaultSampler and '
-                'the same batch_size on all ranks).')
         mask = torch.zeros(
             n, keys.shape[0], dtype=torch.bool, device=query.device)
-        rows = torch.arange(n, device=query.device)
-        mask[rows, rows + n * get_rank()] = True
+        mask.diagonal(n * get_rank()).fill_(True)
         return self.head.loss_against(query, key, keys, mask)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
@@ -146,20 +143,21 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         """
         self.check_momentum_updates()
         view_1, view_2 = self.views(inputs, 'MoCoV3')
+        ids = None
+        if self.queue is not None and self.queue.exclude_same_instance:
+            # before the forwards: the copy to the device overlaps them
+            ids = sample_indices(data_samples, view_1.device)
         q1 = self.predictor(self.neck(self.backbone(view_1)))[0]
         q2 = self.predictor(self.neck(self.backbone(view_2)))[0]
         with torch.no_grad():
             k1 = self.momentum_encoder(view_1)[0]
             k2 = self.momentum_encoder(view_2)[0]
-        ids = None
-        if self.queue is not None and self.queue.exclude_same_instance:
-            ids = sample_indices(data_samples, view_1.device)
         term_1 = self.contrast(q1, k2, ids)
         term_2 = self.contrast(q2, k1, ids)
         self.stash_for_monitor((q1, q2), (k2, k1))
         if self.queue is not None:
             # Written once this step's backward is done (NegativeKeyQueue).
-            keys = F.normalize(torch.cat([k1, k2]).float(), dim=1)
+            keys = F.normalize(at_least_float32(torch.cat([k1, k2])), dim=1)
             self.queue.enqueue(keys,
                                None if ids is None else torch.cat([ids, ids]))
         return dict(

@@ -7,6 +7,7 @@ from mmpretrain.models.losses import CrossEntropyLoss
 
 from mocoplug.registry import MODELS
 from ..utils.fused_info_nce import fused_info_nce
+from ..utils.precision import similarity_dtype
 
 
 @MODELS.register_module()
@@ -124,8 +125,10 @@ class InfoNCEHead(BaseModule):
                 loss = loss * loss_weight
             return dict(loss=loss, contrast_acc=hits.float().mean() * 100)
         with torch.autocast(query.device.type, enabled=False):
-            pos = (query * key).sum(dim=1, keepdim=True)
-            neg = query @ negatives.to(query.dtype).t()
+            dtype = similarity_dtype(query, key, negatives)
+            query = query.to(dtype)
+            pos = (query * key.to(dtype)).sum(dim=1, keepdim=True)
+            neg = query @ negatives.to(dtype).t()
         return self.loss(pos, neg, neg_mask)
 
     def _fusable(self) -> bool:

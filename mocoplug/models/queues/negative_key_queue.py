@@ -7,6 +7,7 @@ from mmengine.dist import all_gather, get_world_size
 from mmengine.model import BaseModule
 
 from mocoplug.registry import MODELS
+from ..utils.precision import similarity_dtype
 
 
 @MODELS.register_module()
@@ -42,18 +43,25 @@ class NegativeKeyQueue(BaseModule):
     autograd raises its "modified by an inplace operation" error rather
     than compute a wrong gradient.
 
-    Precision: the keys are always stored in ``float32`` whatever the dtype
-    of the incoming keys (e.g. ``bfloat16`` under AMP), and :meth:`logits`
-    computes the similarities in ``float32`` with autocast off: no
-    low-precision copy of the queue, and no overflow at ``1 / tau``.
+    Precision: the keys are stored in the model's floating dtype but never
+    below ``float32``: ``float32`` for a float32 model, under AMP too
+    (``bfloat16`` / ``float16`` keys are widened when written), ``float64``
+    after ``model.double()``; ``model.half()`` / ``.bfloat16()`` leave the
+    queue in ``float32``. :meth:`logits` computes the similarities with
+    autocast off in the wider of the query's and the queue's dtype, at
+    least ``float32`` (:func:`~mocoplug.models.utils.similarity_dtype`): no
+    low-precision copy of the queue, no overflow at ``1 / tau``, and a
+    float64 model stays float64 end to end.
 
     Args:
         size (int): Number of keys K kept in the queue. Defaults to 65536.
         dim (int): Dimension C of a key. Defaults to 128.
         gather (bool): Whether :meth:`enqueue` all-gathers the keys of every
             rank first, so all ranks keep the same queue. Every rank must
-            then enqueue the same number of keys per call (as with
-            ``DefaultSampler``). Defaults to True.
+            then enqueue the same number of keys per call: mmengine's
+            ``DefaultSampler`` / ``InfiniteSampler`` guarantee it, and
+            ``MoCoConfigCheckHook`` refuses other samplers before a
+            distributed run. Defaults to True.
         exclude_same_instance (bool): Whether to remember the dataset index
             of every stored key so that :meth:`same_instance_mask` can mask
             older keys of the very image being queried out of the loss
@@ -127,21 +135,23 @@ class NegativeKeyQueue(BaseModule):
     def logits(self, query: torch.Tensor) -> torch.Tensor:
         """Similarities of queries with every queued key, ``query @ keys.T``.
 
-        Computed in ``float32`` with autocast off (the keys are never cast
-        or copied). Until the backward pass through the result has run,
-        :meth:`enqueue` holds new keys back instead of overwriting the ones
-        that backward needs (see :meth:`read`).
+        Computed with autocast off in the wider of the query's and the
+        queue's dtype, at least ``float32`` (the keys are not copied unless
+        the query is wider than them). Until the backward pass through the
+        result has run, :meth:`enqueue` holds new keys back instead of
+        overwriting the ones that backward needs (see :meth:`read`).
 
         Args:
             query (torch.Tensor): L2-normalised queries of shape (N, C).
 
         Returns:
-            torch.Tensor: Float32 logits of shape (N, K), before the
-            temperature.
+            torch.Tensor: Logits of shape (N, K), before the temperature,
+            in float32 or wider.
         """
         keys = self.read(query)
         with torch.autocast(query.device.type, enabled=False):
-            return query.float() @ keys.t()
+            dtype = similarity_dtype(query, keys)
+            return query.to(dtype) @ keys.to(dtype).t()
 
     def _reader_hook(self):
         """A hook on the gradient of a reading query: once it is computed,
@@ -258,6 +268,17 @@ class NegativeKeyQueue(BaseModule):
                 'instance ids (the `sample_idx` PackInputs stores)')
         return ids.to(self.ids.device).view(-1, 1) == self.ids.view(1, -1)
 
+    def _apply(self, fn, *args, **kwargs):
+        """``.to()``, ``.double()``, ``.half()``... move the buffers as for
+        any module, but the keys never drop below ``float32`` (see the
+        class notes): converted from their value before the call, not
+        rounded through the lower precision."""
+        keys = self.keys
+        super()._apply(fn, *args, **kwargs)
+        if self.keys.dtype != similarity_dtype(self.keys):
+            self.keys = keys.to(self.keys.device, torch.float32)
+        return self
+
     def extra_repr(self) -> str:
         return (f'size={self.size}, dim={self.dim}, gather={self.gather}, '
                 f'exclude_same_instance={self.exclude_same_instance}')
@@ -275,7 +296,7 @@ def write_ring(buffer: torch.Tensor, ptr: torch.Tensor,
     """
     size, n = buffer.shape[0], keys.shape[0]
     offset = max(n - size, 0)
-    keys = keys[offset:]
+    keys = keys[offset:].to(buffer.dtype)
     slots = (ptr + offset +
              torch.arange(keys.shape[0], device=buffer.device)) % size
     buffer.index_copy_(0, slots, keys)

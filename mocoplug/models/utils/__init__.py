@@ -1,6 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from .feature_dims import check_feature_dims
 from .moco_pretrained_init import MoCoPretrainedInit
+from .precision import at_least_float32, similarity_dtype
 from .split_batch_norm import SplitBatchNorm
 
-__all__ = ['MoCoPretrainedInit', 'SplitBatchNorm', 'check_feature_dims']
+__all__ = [
+    'MoCoPretrainedInit', 'SplitBatchNorm', 'at_least_float32',
+    'check_feature_dims', 'similarity_dtype'
+]

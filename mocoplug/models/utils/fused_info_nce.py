@@ -3,6 +3,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from .precision import similarity_dtype
+
 
 class _InfoNCEAgainstBank(torch.autograd.Function):
     """InfoNCE of queries against their positive keys and a bank of negative
@@ -25,8 +27,10 @@ class _InfoNCEAgainstBank(torch.autograd.Function):
                 bank: torch.Tensor, inv_tau: float,
                 neg_mask: Optional[torch.Tensor]):
         with torch.autocast(query.device.type, enabled=False):
-            dtype = torch.promote_types(query.dtype, torch.float32)
-            bank = bank.to(dtype)  # the queue is float32: no copy then
+            # at least float32, never lower than any input: a float32 queue
+            # is read as it is (no copy), a float64 model stays float64
+            dtype = similarity_dtype(query, key, bank)
+            bank = bank.to(dtype)
             key = key.to(dtype)
             scaled = query.to(dtype) * inv_tau
             neg = scaled @ bank.t()  # (N, M): the only buffer of that size
@@ -77,9 +81,11 @@ def fused_info_nce(
     equal (to float round-off) to the cross-entropy of the logits
     ``[q.k+, q.n_1 .. q.n_M] / t`` with the positive at index 0, computed
     without the (N, 1 + M) logits tensor and its copies (see
-    :class:`_InfoNCEAgainstBank`). Computed in float32 (float64 inputs stay
-    float64) with autocast off. Gradients flow to ``query`` only: the keys
-    and the bank come from the momentum encoder.
+    :class:`_InfoNCEAgainstBank`). Computed with autocast off in the widest
+    dtype of the inputs and float32 (bfloat16 / float16 queries against a
+    float32 queue: float32; a float64 model: float64), see
+    :func:`~mocoplug.models.utils.similarity_dtype`. Gradients flow to
+    ``query`` only: the keys and the bank come from the momentum encoder.
 
     Args:
         query (torch.Tensor): Queries (N, C), L2-normalised.

@@ -10,6 +10,35 @@ from mocoplug.registry import MODELS
 SPLITTABLE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
+def memory_format(x: torch.Tensor) -> torch.memory_format:
+    """The memory format ``x`` is dense in: channels-last (2-D or 3-D) or
+    the default contiguous one."""
+    if not x.is_contiguous():
+        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+            return torch.channels_last
+        if x.dim() == 5 and x.is_contiguous(
+                memory_format=torch.channels_last_3d):
+            return torch.channels_last_3d
+    return torch.contiguous_format
+
+
+class _ToMemoryFormat(torch.autograd.Function):
+    """A copy of ``x`` in ``layout`` whose gradient is given back in ``x``'s
+    own format (autograd's ``contiguous`` passes the gradient through in
+    whatever format it arrives). Always a new tensor, so in-place layers
+    (``ReLU(inplace=True)``) may follow."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor,
+                layout: torch.memory_format) -> torch.Tensor:
+        ctx.layout = memory_format(x)
+        return x.clone(memory_format=layout)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad.contiguous(memory_format=ctx.layout), None
+
+
 @MODELS.register_module('SplitBN')
 class SplitBatchNorm(_BatchNorm):
     """BatchNorm whose training statistics come from ``num_splits`` slices
@@ -29,6 +58,15 @@ class SplitBatchNorm(_BatchNorm):
     not divide evenly (e.g. a short last batch) is normalised slice by
     slice. Running statistics are the mean of the slices' updates. In eval
     mode it is a plain BatchNorm; its state dict is that of a BatchNorm.
+
+    The output and the input's gradient keep the input's memory format: a
+    channels-last batch (``channels_last=True`` models) comes out
+    channels-last, so the convolutions around the layer stay in that
+    format. Its slices cannot be folded into channels without a copy (the
+    channels are innermost in memory), so the fast path normalises a
+    contiguous copy and converts the result (and, in the backward pass, the
+    gradient) back: the same values as for the contiguous batch, at the
+    cost of two copies each way.
 
     Args:
         num_features (int): Number of channels C.
@@ -67,12 +105,17 @@ class SplitBatchNorm(_BatchNorm):
         if n % splits == 0:
             mean = self.running_mean.repeat(splits)
             var = self.running_var.repeat(splits)
+            layout = memory_format(x)
+            if layout != torch.contiguous_format:  # channels-last
+                x = _ToMemoryFormat.apply(x, torch.contiguous_format)
             out = F.batch_norm(
                 x.reshape(n // splits, c * splits, *x.shape[2:]), mean, var,
                 self.weight.repeat(splits) if self.affine else None,
                 self.bias.repeat(splits) if self.affine else None, True,
-                momentum, self.eps).view_as(x)
+                momentum, self.eps).view(x.shape)
             self._store_running(mean.view(splits, c), var.view(splits, c))
+            if layout != torch.contiguous_format:
+                out = _ToMemoryFormat.apply(out, layout)
             return out
         out = torch.empty_like(x)
         means, vars_ = [], []

@@ -10,7 +10,7 @@ import mocoplug.engine.hooks.moco_config_check_hook as check_hook
 from mocoplug.datasets import DigitsDataset
 from mocoplug.engine.hooks import MoCoConfigCheckHook
 from mocoplug.models import MoCoV3
-from mocoplug.registry import DATASETS
+from mocoplug.registry import DATA_SAMPLERS, DATASETS
 from ...configs.conftest import config_path
 
 CHECK = dict(type='MoCoConfigCheckHook')
@@ -214,3 +214,103 @@ def test_mocov3_without_syncbn_on_several_gpus_warns(monkeypatch):
     logged.clear()
     assert check_hook.warn_without_sync_bn(v3('SyncBN'), world_size=8) == []
     assert logged == []
+
+
+@DATA_SAMPLERS.register_module(force=True)
+class UnpaddedSampler(torch.utils.data.Sampler):
+    """A sampler the hook does not know (here: every index on every
+    process, neither sharded nor padded)."""
+
+    def __init__(self, dataset, seed=None):
+        self.indices = list(range(len(dataset)))
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+@DATA_SAMPLERS.register_module(force=True)
+class GroupedBatchSampler(torch.utils.data.BatchSampler):
+    """A custom batch sampler (e.g. batches grouped by image shape)."""
+
+
+GATHERS = ('MoCo on 2 processes gathers every process\'s batch '
+           "(model.shuffle_bn='ddp', model.queue.gather=True), which needs "
+           'batches of the same size on all processes at every step '
+           '(unequal ones would hang NCCL)')
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    """The hook sees 2 processes (the run itself stays in this one)."""
+    monkeypatch.setattr(check_hook, 'get_world_size', lambda: 2)
+
+
+def ddp_cfg(tiny_moco_runner_cfg, work_dir):
+    cfg = tiny_moco_runner_cfg(work_dir, max_iters=1)
+    cfg.model.shuffle_bn = 'ddp'
+    return cfg
+
+
+def test_samplers_that_give_processes_unequal_batches_are_refused(
+        tiny_moco_runner_cfg, tmp_path, loaded, two_processes):
+    cfg = ddp_cfg(tiny_moco_runner_cfg, tmp_path)
+    cfg.train_dataloader.sampler.round_up = False
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        f"{GATHERS}, but train_dataloader.sampler.round_up=False leaves the "
+        "processes' shares of different sizes: set "
+        'train_dataloader.sampler.round_up=True (the default).')
+    cfg = ddp_cfg(tiny_moco_runner_cfg, tmp_path / 'b')
+    cfg.train_dataloader.sampler = dict(type='UnpaddedSampler')
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        f'{GATHERS}, but train_dataloader.sampler is a UnpaddedSampler, which '
+        'is not known to give every process the same number of images: use '
+        "sampler=dict(type='DefaultSampler', shuffle=True) (its default "
+        'round_up=True pads every share to the same size) or '
+        "dict(type='InfiniteSampler') in train_dataloader.")
+    cfg = ddp_cfg(tiny_moco_runner_cfg, tmp_path / 'c')
+    cfg.train_dataloader.batch_sampler = dict(
+        type='GroupedBatchSampler', batch_size=8, drop_last=False)
+    with pytest.raises(ValueError) as err:
+        run(cfg)
+    assert str(err.value) == (
+        f'{GATHERS}, but train_dataloader.batch_sampler is a '
+        'GroupedBatchSampler, which may batch the processes differently: '
+        'remove train_dataloader.batch_sampler (its batch_size and drop_last '
+        'batch every process alike).')
+    assert loaded == []  # all before any data was loaded
+
+
+@pytest.mark.parametrize('sampler', [
+    dict(type='DefaultSampler', shuffle=True),
+    dict(type='InfiniteSampler', shuffle=True)
+])
+def test_samplers_with_equal_shares_train(tiny_moco_runner_cfg, tmp_path,
+                                          loaded, two_processes, sampler):
+    cfg = ddp_cfg(tiny_moco_runner_cfg, tmp_path)
+    cfg.train_dataloader.sampler = sampler
+    assert run(cfg).iter == 1 and len(loaded) == 8
+
+
+def test_equal_batches_only_matter_when_something_is_gathered():
+    # one process: any sampler
+    model = type('M', (), dict(shuffle_bn='ddp', queue=None))()
+    loader = torch.utils.data.DataLoader(list(range(16)), batch_size=8)
+    check_hook.check_equal_batches(model, loader, world_size=1)
+    # several processes, nothing gathered (split BN, a per-process queue)
+    queue = type('Q', (), dict(gather=False))()
+    model = type('M', (), dict(shuffle_bn='split', queue=queue))()
+    check_hook.check_equal_batches(model, loader, world_size=2)
+    # MoCo v3 without a queue gathers its in-batch keys
+    v3 = type('MoCoV3', (), dict(queue=None))()
+    with pytest.raises(
+            ValueError,
+            match=r"^MoCoV3 on 2 processes gathers every process's batch "
+            r"\(MoCoV3's in-batch negatives \(keys of all processes\)\)"):
+        check_hook.check_equal_batches(v3, loader, world_size=2)

@@ -7,6 +7,7 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
+from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
@@ -377,8 +378,17 @@ def _shuffle_bn_worker(rank: int, port: int, out_dir: str):
     images = torch.randn(2, 4, 3, 32, 32)  # same on both ranks
     torch.manual_seed(123)
     keys = model.encode_keys(images[rank])
+    # mmpretrain 1.2.0's Shuffle BN with the same draw, for parity
+    torch.manual_seed(123)
+    shuffled, unshuffle = batch_shuffle_ddp(images[rank])
+    with torch.no_grad():
+        theirs = batch_unshuffle_ddp(
+            F.normalize(model.momentum_encoder(shuffled)[0], dim=1), unshuffle)
     torch.save(
-        dict(keys=keys, state=model.momentum_encoder.state_dict()),
+        dict(
+            keys=keys,
+            mmpretrain_keys=theirs,
+            state=model.momentum_encoder.state_dict()),
         os.path.join(out_dir, f'{rank}.pth'))
     dist.destroy_process_group()
 
@@ -400,8 +410,13 @@ def test_ddp_shuffle_bn_on_two_ranks(tmp_path):
     expected = torch.empty(8, 32)
     expected[perm] = torch.cat(halves)
     for rank in range(2):
-        keys = torch.load(tmp_path / f'{rank}.pth')['keys']
+        result = torch.load(tmp_path / f'{rank}.pth')
+        keys = result['keys']
         # each rank ran the same encoder on the same 4 images as above with
         # the same kernels and thread count (tests/conftest.py): the same
         # values (1e-5 is a margin of 100 float32 ulps of a unit vector)
         assert torch.allclose(keys, expected[4 * rank:4 * rank + 4], atol=1e-5)
+        # the permutation is mmpretrain's draw (rank 0's randperm of the
+        # global batch), so the keys are those of its batch_shuffle_ddp:
+        # the same images through the same encoder, bit for bit
+        assert torch.equal(keys, result['mmpretrain_keys'])

@@ -209,6 +209,33 @@ def test_half_precision_keys_are_stored_in_float32():
     assert torch.equal(queue.keys[:2], torch.ones(2, 2))
 
 
+def test_the_queue_follows_the_model_dtype_but_never_below_float32():
+    torch.manual_seed(0)
+    queue = NegativeKeyQueue(size=8, dim=4)
+    initial = queue.keys.clone()
+    queue.double()  # a float64 model: a float64 queue, logits in float64
+    assert queue.keys.dtype == torch.float64
+    query = torch.randn(3, 4, dtype=torch.float64)
+    neg = queue.logits(query)
+    assert neg.dtype == torch.float64
+    assert torch.equal(neg, query @ queue.keys.t())
+    queue.enqueue(torch.full((2, 4), 1 / 3, dtype=torch.float64))
+    assert torch.equal(queue.keys[:2],
+                       torch.full((2, 4), 1 / 3, dtype=torch.float64))
+    # a float32 query against it is widened, not the queue narrowed
+    assert queue.logits(query.float()).dtype == torch.float64
+    # .half() / .bfloat16() keep it float32, converted from the value it
+    # had (not rounded through 16 bits)
+    fresh = NegativeKeyQueue(size=8, dim=4)
+    fresh.keys.copy_(initial)
+    for low in (torch.float16, torch.bfloat16):
+        converted = fresh.to(low)
+        assert converted is fresh
+        assert fresh.keys.dtype == torch.float32
+        assert torch.equal(fresh.keys, initial)
+    assert queue.float().keys.dtype == torch.float32
+
+
 def test_same_instance_mask():
     queue = NegativeKeyQueue(size=4, dim=2, exclude_same_instance=True)
     queue.enqueue(torch.randn(3, 2), ids=torch.tensor([7, 8, 7]))

@@ -117,6 +117,28 @@ def test_float32_under_bf16_autocast_and_gradient_in_the_query_dtype():
     assert q.grad.dtype == torch.bfloat16
 
 
+def test_never_computed_below_the_widest_input():
+    """A float64 bank (the queue of a float64 model) is not narrowed to a
+    float32 query's dtype: the loss is computed in float64, the gradient
+    comes back in the query's dtype."""
+    query, key, bank = embeddings(4, 32, 8)
+    q = query.float().requires_grad_()
+    loss, _ = fused_info_nce(q, key, bank, 0.2)
+    assert loss.dtype == torch.float64
+    q64 = q.detach().double().requires_grad_()
+    ref, _ = composed(q64, key, bank, 0.2)
+    # Both in float64, rounded in another order: each logit (<= 1/t = 5)
+    # carries a few roundings of 1.1e-16 relative, the log-sum-exp over 33
+    # terms at most 33 more; far below 1e-13 on any CPU.
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-13)
+    loss.backward()
+    ref.backward()
+    assert q.grad.dtype == torch.float32
+    # two float64 gradients ~1e-16 apart round to float32 values at most
+    # one float32 rounding (2^-23 relative) apart
+    torch.testing.assert_close(q.grad, q64.grad.float(), rtol=2**-23, atol=0)
+
+
 def test_the_bank_is_read_not_copied_and_inplace_changes_are_caught():
     query, key, bank = embeddings(2, 6, 3, dtype=torch.float32)
     query.requires_grad_()

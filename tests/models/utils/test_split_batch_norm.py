@@ -101,3 +101,49 @@ def test_syncbn_is_left_alone():
 def test_too_small_batch_is_refused():
     with pytest.raises(ValueError, match='num_splits'):
         SplitBatchNorm(2, num_splits=4)(torch.randn(3, 2, 2, 2))
+
+
+# Float64. The even split folds both layouts into the same contiguous batch
+# and calls the same kernel on it, so the values are bitwise those of the
+# contiguous path. The uneven split (each slice 2-3 samples x 25 positions,
+# at most 75 values per channel) and eval mode (running statistics, an
+# elementwise affine map) run BatchNorm's channels-last kernel, which may
+# sum and round in another order: a sum of 75 values of size <= 10 differs
+# by at most 75 * 1.1e-16 * 750 ~ 6e-12 between two orders, 1e-13 in a
+# mean or variance, about as much in the O(1) outputs and gradients. 1e-12
+# holds on any CPU and thread count; a wrong slice or statistic is O(1).
+CHANNELS_LAST_ATOL = 1e-12
+
+
+@pytest.mark.parametrize('batch', [8, 10])  # folded, and slice by slice
+@pytest.mark.parametrize('training', [True, False])
+def test_channels_last_stays_channels_last_with_the_same_values(
+        batch, training):
+    torch.manual_seed(0)
+    bns = [SplitBatchNorm(3, num_splits=4).double() for _ in range(2)]
+    for bn in bns:
+        bn.weight.data.copy_(torch.tensor([0.5, 1.0, 2.0]))
+        bn.bias.data.copy_(torch.tensor([0.1, -0.2, 0.3]))
+        bn.running_var.fill_(2.0)
+        bn.train(training)
+    x = torch.randn(batch, 3, 5, 5, dtype=torch.float64) * 3 + 1
+    grad_out = torch.randn_like(x)
+    results = []
+    for bn, layout in zip(bns, (torch.contiguous_format, torch.channels_last)):
+        inp = x.clone(memory_format=layout).requires_grad_()
+        out = bn(inp)
+        # an in-place ReLU may follow, as in the backbones
+        out = torch.nn.functional.relu(out, inplace=True)
+        out.backward(grad_out.contiguous(memory_format=layout))
+        # output and input gradient in the input's format
+        assert out.is_contiguous(memory_format=layout)
+        assert inp.grad.is_contiguous(memory_format=layout)
+        results.append(
+            (out, inp.grad, bn.weight.grad, bn.running_mean, bn.running_var))
+    assert not results[1][0].is_contiguous()  # really channels-last
+    for contiguous, channels_last in zip(*results):
+        if training and batch == 8:
+            assert torch.equal(contiguous, channels_last)
+        else:
+            assert torch.allclose(
+                contiguous, channels_last, rtol=0, atol=CHANNELS_LAST_ATOL)
