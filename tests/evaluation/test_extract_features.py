@@ -10,7 +10,9 @@ from mmengine.runner import Runner
 
 from mocoplug.datasets import DigitsDataset
 from mocoplug.evaluation import (extract_feature_shard, extract_features,
-                                 gather_feature_shards)
+                                 gather_feature_shards,
+                                 sharded_weighted_knn_accuracy,
+                                 weighted_knn_accuracy)
 from ..gloo import count_collective_bytes, free_port, join_gloo_group
 
 IMAGES, BATCH, DIM = 21, 4, 3 * 8 * 8  # 21 images: the sampler pads one
@@ -26,7 +28,7 @@ class FlattenImages(BaseModel):
         return self.extract_feat(inputs)
 
 
-def digits_loader(shuffle=False):
+def digits_loader(shuffle=False, split='test', images=IMAGES):
     return Runner.build_dataloader(
         dict(
             batch_size=BATCH,
@@ -34,21 +36,21 @@ def digits_loader(shuffle=False):
             sampler=dict(type='DefaultSampler', shuffle=shuffle),
             collate_fn=dict(type='default_collate'),
             dataset=DigitsDataset(
-                split='test',
+                split=split,
                 img_size=8,
-                indices=IMAGES,
+                indices=images,
                 pipeline=[dict(type='PackInputs')])),
         seed=0)
 
 
-def expected_features():
-    dataset = digits_loader().dataset
+def expected_features(split='test', images=IMAGES):
+    dataset = digits_loader(split=split, images=images).dataset
     feats = torch.stack([
         torch.from_numpy(dataset[i]['inputs'].numpy()).flatten().float()
-        for i in range(IMAGES)
+        for i in range(images)
     ])
     labels = torch.tensor(
-        [int(dataset[i]['data_samples'].gt_label) for i in range(IMAGES)])
+        [int(dataset[i]['data_samples'].gt_label) for i in range(images)])
     return feats, labels
 
 
@@ -65,12 +67,17 @@ def test_one_process_gives_every_image_in_dataset_order():
 def _worker(rank, port, out_dir):
     import torch.distributed as dist
     join_gloo_group(rank, port)
-    loader = digits_loader()  # (the dataset pickles its entries)
+    # (built first: the datasets pickle their entries)
+    loader, queries = digits_loader(), digits_loader(split='train', images=9)
     record = dict(received=0, objects=0)
     count_collective_bytes(record)
     shard = extract_feature_shard(FlattenImages(), loader)
     gathered = gather_feature_shards(shard)
-    out = dict(shard=shard._asdict(), gathered=gathered._asdict())
+    record = dict(record)
+    # what KNNMonitorHook does with the shards of both sets
+    knn = sharded_weighted_knn_accuracy(
+        extract_feature_shard(FlattenImages(), queries), shard, 10, (1, 5))
+    out = dict(shard=shard._asdict(), gathered=gathered._asdict(), knn=knn)
     torch.save(dict(out, record=record), os.path.join(out_dir, f'{rank}.pth'))
     dist.destroy_process_group()
 
@@ -97,3 +104,11 @@ def test_two_ranks_shard_without_padding_and_gather_only_the_features(
     bound = 2 * 11 * (DIM * 4 + 8 + 8) + 2 * 2 * 8
     assert outs[0]['record']['received'] <= bound
     assert outs[0]['record']['objects'] == 0
+    # the kNN of the two ranks' shards is the kNN of the whole sets (9
+    # queries, 21 memory images): the same neighbours, since the k-th and
+    # (k + 1)-th similarities of these pixel vectors differ by 2.5e-3 or
+    # more for k = 1, 5 (float64), far above float32 rounding (1e-6)
+    queries, query_labels = expected_features('train', 9)
+    expected = weighted_knn_accuracy(queries, query_labels, feats, labels, 10,
+                                     (1, 5))
+    assert outs[0]['knn'] == outs[1]['knn'] == expected
