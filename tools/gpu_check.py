@@ -28,7 +28,9 @@ On a machine with CUDA it runs:
    state and queue must be bitwise equal, and the losses after the resume.
 4. ``benchmark``: ``tools/benchmark.py --device cuda``, mocoplug against
    mmpretrain and the floor, for AMP off/on x channels_last off/on (on a
-   CPU: off/off and on/on).
+   CPU: off/off and on/on), and off/off and on/on again with
+   ``torch.backends.cudnn.benchmark = True`` (the model step alone, the
+   figure for the cudnn_benchmark decision).
 5. ``knn``: ``tools/benchmark_knn.py`` at ImageNet size (1,281,167 x 2048
    float32 memory features, 50,000 queries).
 
@@ -288,16 +290,28 @@ def run_benchmark(args, size, work_dir) -> dict:
     """tools/benchmark.py: ours vs mmpretrain vs floor, AMP x channels_last."""
     bench = load_tool('benchmark')
     out, checks = {}, {}
-    for amp, channels_last in size['bench_combos']:
+    combos = [(a, c, False) for a, c in size['bench_combos']]
+    if args.device == 'cuda':  # fixed-size crops: does autotuning pay?
+        combos += [('off', 'off', True), ('on', 'on', True)]
+    for amp, channels_last, cudnn_benchmark in combos:
         name = f'amp_{amp}-channels_last_{channels_last}'
-        breakdown = args.device == 'cuda' and amp == channels_last == 'off'
+        if cudnn_benchmark:
+            name += '-cudnn_benchmark'
+        breakdown = (
+            args.device == 'cuda' and amp == channels_last == 'off'
+            and not cudnn_benchmark)
         argv = size['bench'] + [
             '--device', args.device, '--amp', amp, '--channels-last',
             channels_last, '--json',
             osp.join(work_dir, f'{name}.json'), '--breakdown',
             'on' if breakdown else 'off'
         ]
-        result = bench.main(argv)
+        flags = torch_flags()
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        try:
+            result = bench.main(argv)
+        finally:
+            restore_torch_flags(flags)
         run = result['runs'][0]
         out[name] = dict(
             median_ms={
