@@ -49,12 +49,18 @@ ops, so nothing of detection runs there)::
     echo /.whl/ >> .git/info/exclude
     mkdir -p .whl && cp /work/shared/device-wheels/*.whl .whl/
 
-then run there, carrying ``.whl`` (the device tool's ``carry=['.whl']``)::
+then run there, carrying ``.whl`` (the device tool's ``carry=['.whl']``,
+``timeout_s=600``; estimated, never measured: 5 to 8 minutes on one
+H100)::
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site \\
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \\
         PYTHONUNBUFFERED=1 python3 tools/gpu_check.py \\
-        --out $OUT/gpu_check.json
+        --out $OUT/gpu_check.json --work-dir /tmp/gpu_check
+
+The report is rewritten after every step, so a run stopped at the time
+limit still brings back the steps it finished; ``--steps`` splits the
+work over several calls.
 """
 import argparse
 import gc
@@ -614,13 +620,15 @@ def main(argv=None) -> dict:
         work_dir=work_dir,
         steps={})
     print(f'gpu_check: {mode}; work dir {work_dir}', flush=True)
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     for name in args.steps:
         report['steps'][name] = run_step(name, RUNNERS[name], args, size,
                                          work_dir)
-    report['ok'] = all(s['status'] == 'ok' for s in report['steps'].values())
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w') as f:
-        json.dump(report, f, indent=1, default=str)
+        report['ok'] = all(s['status'] == 'ok'
+                           for s in report['steps'].values())
+        # after every step: a run stopped by a time limit keeps the others
+        with open(args.out, 'w') as f:
+            json.dump(report, f, indent=1, default=str)
     print_table(report)
     print(f'wrote {args.out}')
     return report
