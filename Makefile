@@ -18,3 +18,10 @@ test: setup
 
 clean:
 	rm -rf work_dirs .pytest_cache
+
+# First contact with a GPU (CPU toy sizes without one): the device tests,
+# the MoCo v2 R50 config with and without AMP, exact resume, benchmarks;
+# one JSON report (see tools/gpu_check.py; PYTHON=python3 without .venv).
+.PHONY: gpu-check
+gpu-check:
+	$(PYTHON) tools/gpu_check.py

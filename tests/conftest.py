@@ -11,7 +11,82 @@ import mocoplug  # noqa: F401  (registers everything)
 # suite single-threaded, and spawned ranks inherit the same count)
 os.environ.setdefault('OMP_NUM_THREADS', '2')
 torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+# cuBLAS is deterministic under torch.use_deterministic_algorithms (what
+# randomness.deterministic=True sets) only with this workspace setting,
+# read when CUDA starts: set before any test touches the GPU.
+os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 _RUN_IDS = itertools.count()
+DEVICES = ('cpu', 'cuda')
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        '--device',
+        action='append',
+        choices=DEVICES,
+        help='device of the tests that take the `device` fixture '
+        '(repeatable). Default: $MOCOPLUG_TEST_DEVICES (comma-separated) or '
+        'both, cuda skipped without a GPU. tools/gpu_check.py runs '
+        '`-m device --device cuda`.')
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        'markers', 'device: takes the `device` fixture (set automatically)')
+
+
+def _test_devices(config):
+    chosen = config.getoption('--device')
+    if not chosen:
+        chosen = os.environ.get('MOCOPLUG_TEST_DEVICES', ','.join(DEVICES))
+        chosen = [d.strip() for d in chosen.split(',') if d.strip()]
+    unknown = sorted(set(chosen) - set(DEVICES))
+    if unknown:
+        raise pytest.UsageError(f'MOCOPLUG_TEST_DEVICES: unknown {unknown}, '
+                                f'choose from {DEVICES}')
+    return chosen
+
+
+def pytest_generate_tests(metafunc):
+    """Run every test that takes `device` (directly or through
+    `on_device`) once per chosen device."""
+    if 'device' in metafunc.fixturenames:
+        metafunc.parametrize(
+            'device', _test_devices(metafunc.config), indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if 'device' in getattr(item, 'fixturenames', ()):
+            item.add_marker(pytest.mark.device)
+
+
+@pytest.fixture
+def device(request, monkeypatch):
+    """'cpu' or 'cuda' (see --device); 'cuda' is skipped, with the reason
+    shown (pytest -rs), where no GPU is visible. mmengine Runners built in
+    the test put the model there (they pick CUDA whenever one exists)."""
+    name = request.param
+    if name == 'cuda' and not torch.cuda.is_available():
+        pytest.skip('no CUDA device visible: the CUDA variant runs on a GPU '
+                    'machine (python tools/gpu_check.py)')
+    import mmengine.runner.runner as runner_module
+    monkeypatch.setattr(runner_module, 'get_device', lambda: name)
+    return name
+
+
+@pytest.fixture
+def on_device(device):
+    """`device`, made torch's default for the test: tensors made by factory
+    functions (randn, zeros, tensor, ...) and modules' parameters are
+    created there, so a test body written for the CPU runs unchanged on the
+    GPU. (Explicit CPU generators need an explicit device; data loaders
+    need the CPU default: use `device` alone for Runner tests.)"""
+    torch.set_default_device(device)
+    try:
+        yield device
+    finally:
+        torch.set_default_device(None)
 
 
 def unique_experiment_name(prefix: str) -> str:
@@ -20,6 +95,24 @@ def unique_experiment_name(prefix: str) -> str:
     one name share a MessageHub (and its loss history): two short runs in
     the same second would mix their logs."""
     return f'{os.path.basename(str(prefix))}-{os.getpid()}-{next(_RUN_IDS)}'
+
+
+@pytest.fixture
+def deterministic():
+    """Deterministic kernels for the test, as randomness.deterministic=True
+    sets them (torch.use_deterministic_algorithms, cuDNN): two equal
+    computations then give equal bits on CUDA too, and an operation
+    without a deterministic kernel raises."""
+    cudnn = torch.backends.cudnn
+    saved = (torch.are_deterministic_algorithms_enabled(), cudnn.deterministic,
+             cudnn.benchmark)
+    torch.use_deterministic_algorithms(True)
+    cudnn.deterministic, cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0])
+        cudnn.deterministic, cudnn.benchmark = saved[1:]
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Multi-process tests on CPU: a free local port and a gloo process group."""
+"""Multi-process tests on CPU: a free local port, a gloo process group, and
+what travels through it."""
+import pickle
 import socket
 
 import torch.distributed as dist
@@ -20,3 +22,47 @@ def join_gloo_group(rank: int, port: int, world_size: int = 2) -> None:
         init_method=f'tcp://127.0.0.1:{port}',
         rank=rank,
         world_size=world_size)
+
+
+def count_collective_bytes(record):
+    """Wrap torch.distributed's collectives to add up the bytes this rank
+    receives (what all_gather's and gather's output lists hold, the tensor
+    of all_reduce and broadcast) and to note any object collective or
+    pickle (of a tensor view: its whole storage), which must not be used.
+    Call it in a worker process (it patches the modules)."""
+
+    def nbytes(tensors):
+        return sum(t.numel() * t.element_size() for t in tensors or ())
+
+    def wrap(name, received):
+        fn = getattr(dist, name)
+
+        def wrapped(*args, **kwargs):
+            record['received'] += received(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        setattr(dist, name, wrapped)
+
+    # torch.distributed's argument names
+    wrap('all_gather', lambda tensor_list, *a, **k: nbytes(tensor_list))
+    wrap(
+        'gather',
+        lambda tensor, gather_list=None, *a, **k: nbytes(gather_list))
+    wrap('all_reduce', lambda tensor, *a, **k: nbytes([tensor]))
+    wrap('broadcast', lambda tensor, *a, **k: nbytes([tensor]))
+    for name in ('all_gather_object', 'gather_object',
+                 'broadcast_object_list'):
+        setattr(dist, name, noted(getattr(dist, name), record))
+    # mmengine's collect_results on CPU pickles the parts to files
+    for name in ('dump', 'dumps'):
+        setattr(pickle, name, noted(getattr(pickle, name), record))
+
+
+def noted(fn, record):
+    """``fn``, noting in ``record`` that it was called."""
+
+    def wrapped(*args, **kwargs):
+        record['objects'] = 1
+        return fn(*args, **kwargs)
+
+    return wrapped

@@ -33,7 +33,8 @@ from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401
-from mocoplug.evaluation import extract_features, weighted_knn_accuracy
+from mocoplug.evaluation import (extract_feature_shard,
+                                 sharded_weighted_knn_accuracy)
 from mocoplug.registry import MODELS
 from mocoplug.utils import fill_pretrained, labelled_folder_classes
 
@@ -127,25 +128,19 @@ def main(argv=None):
     num_classes = len(loaders[0].dataset.metainfo.get('classes') or ())
     if not num_classes:
         raise SystemExit('the memory dataset declares no classes')
-    bank, bank_labels = extract_features(model, loaders[0], model.backbone)
-    if leave_one_out:
-        query, labels = bank, bank_labels
-    else:
-        query, labels = extract_features(model, loaders[1], model.backbone)
+    # every rank keeps its shard of the features on its device
+    bank = extract_feature_shard(model, loaders[0], model.backbone)
+    query = bank if leave_one_out else extract_feature_shard(
+        model, loaders[1], model.backbone)
+    # knn: topk, temperature and optionally query_chunk, bank_chunk
+    results = sharded_weighted_knn_accuracy(
+        query, bank, num_classes, exclude_self=leave_one_out, **knn)
     if get_rank() != 0:
         return None
-    results = weighted_knn_accuracy(
-        query,
-        labels,
-        bank,
-        bank_labels,
-        num_classes,
-        knn['topk'],
-        knn['temperature'],
-        exclude_self=leave_one_out)
-    protocol = (f'leave-one-out over {len(labels)} images' if leave_one_out
-                else f'on {len(labels)} queries, {len(bank_labels)} memory '
-                'images')
+    num_query = len(loaders[-1].dataset)
+    num_bank = len(loaders[0].dataset)
+    protocol = (f'leave-one-out over {num_bank} images' if leave_one_out else
+                f'on {num_query} queries, {num_bank} memory images')
     print(f'weighted kNN (t={knn["temperature"]}) {protocol}: ' +
           ', '.join(f'{k} {v:.2f}' for k, v in results.items()))
     if args.out:

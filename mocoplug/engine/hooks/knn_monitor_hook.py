@@ -1,12 +1,12 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 from typing import Dict, Optional, Sequence, Union
 
-from mmengine.dist import broadcast_object_list, get_rank
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
-from mocoplug.evaluation import extract_features, weighted_knn_accuracy
+from mocoplug.evaluation import (extract_feature_shard,
+                                 sharded_weighted_knn_accuracy)
 from mocoplug.registry import HOOKS
 
 
@@ -23,6 +23,11 @@ class KNNMonitorHook(Hook):
     percent) are logged and written to the visualizer backends as
     ``knn/top1_k{k}``, so ``tools/plot_curves.py`` can draw them. Neither the
     official MoCo code nor mmpretrain monitors kNN during pretraining.
+
+    In a distributed run every rank encodes its share of both sets and
+    keeps it on its device; the neighbours are searched shard by shard and
+    merged (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`), so
+    no rank gathers the memory and all ranks work and log the same figures.
 
     Args:
         memory_dataloader (dict | DataLoader): Labelled images whose
@@ -79,19 +84,13 @@ class KNNMonitorHook(Hook):
     def evaluate(self, runner: Runner, step: int) -> Dict[str, float]:
         """Run the kNN evaluation now and log it at ``step`` (the number of
         finished training iterations)."""
-        bank, bank_labels = extract_features(runner.model,
-                                             self.memory_dataloader)
-        query, query_labels = extract_features(runner.model,
-                                               self.query_dataloader)
-        results = [None]
-        if get_rank() == 0:
-            results = [
-                weighted_knn_accuracy(query, query_labels, bank, bank_labels,
-                                      self.num_classes, self.topk,
-                                      self.temperature)
-            ]
-        broadcast_object_list(results)
-        metrics = self.last_metrics = results[0]
+        # Each rank keeps the features it computed, on its device; the
+        # ranks find the neighbours together and agree on the figures.
+        bank = extract_feature_shard(runner.model, self.memory_dataloader)
+        query = extract_feature_shard(runner.model, self.query_dataloader)
+        metrics = self.last_metrics = sharded_weighted_knn_accuracy(
+            query, bank, self.num_classes, self.topk, self.temperature)
+        del bank, query
         scalars = {f'knn/{k}': v for k, v in metrics.items()}
         runner.visualizer.add_scalars(scalars, step=step)
         figures = ', '.join(f'{k} {v:.2f}' for k, v in metrics.items())

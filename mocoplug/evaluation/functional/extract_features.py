@@ -1,11 +1,28 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.distributed as torch_dist
 import torch.nn as nn
-from mmengine.dist import collect_results, get_world_size
+from mmengine.dist import all_gather, get_comm_device, get_dist_info
 from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
+
+
+class FeatureShard(NamedTuple):
+    """One rank's share of the features of a labelled dataset.
+
+    Attributes:
+        feats (torch.Tensor): Features (n, C), float32, on the model's
+            device.
+        labels (torch.Tensor): Class labels (n, ), on the same device.
+        ids (torch.Tensor): Dataset index of every row (n, ), increasing,
+            on the same device. Over all ranks every index of the dataset
+            appears exactly once (the sampler's padding is dropped).
+    """
+    feats: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
 
 
 def pool_feature(
@@ -25,16 +42,21 @@ def pool_feature(
 
 
 @torch.no_grad()
-def extract_features(
+def extract_feature_shard(
     model: nn.Module,
     dataloader: DataLoader,
     feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Backbone features and labels of a labelled dataset, for kNN.
+) -> FeatureShard:
+    """This rank's backbone features of a labelled dataset, left where the
+    model computed them (nothing is gathered or copied to the host).
 
     The model runs in eval mode (BN with running statistics) and is put
-    back in its previous mode afterwards. In a distributed run each rank
-    encodes its share and the results are gathered in dataset order.
+    back in its previous mode afterwards. The loader's sampler must split
+    the dataset as mmengine's ``DefaultSampler`` does: rank r gets the
+    positions r, r + W, r + 2W, ... of its index list, which is padded at
+    the end to a multiple of the world size W; the rows of positions past
+    the dataset's end (the padding, repeated images) are dropped, so that
+    the shards of all ranks hold every image exactly once.
 
     Args:
         model (nn.Module): A model with a ``data_preprocessor`` and an
@@ -44,14 +66,17 @@ def extract_features(
             backbone output; defaults to ``model.extract_feat``.
 
     Returns:
-        Tuple[torch.Tensor, torch.Tensor]: Features (N, C) and labels (N, )
-        on the CPU, in dataset order (on rank 0; empty on other ranks).
+        FeatureShard: Features, labels and dataset indices, sorted by
+        dataset index.
     """
     model = get_ori_model(model)
     feature_fn = feature_fn or model.extract_feat
+    rank, world_size = get_dist_info()
+    size = len(dataloader.dataset)
     was_training = model.training
     model.eval()
-    parts = []
+    feats, labels, ids = [], [], []
+    position = rank  # of the next row in the sampler's padded index list
     try:
         for data in dataloader:
             data = model.data_preprocessor(data, False)
@@ -61,15 +86,102 @@ def extract_features(
                     'kNN evaluation needs labelled images, but the dataset '
                     'gives no gt_label: use a labelled split (e.g. '
                     'with_label=True) for the memory and query sets')
-            feats = pool_feature(feature_fn(data['inputs'])).float().cpu()
-            parts += [(f, int(s.gt_label)) for f, s in zip(feats, samples)]
+            batch = pool_feature(feature_fn(data['inputs']))
+            # rows at positions >= size are the sampler's padding; the
+            # positions increase, so the real rows are a prefix
+            real = len(range(position, size, world_size)[:len(samples)])
+            feats.append(batch[:real].float())
+            labels += [int(s.gt_label) for s in samples[:real]]
+            ids += [
+                int(s.get('sample_idx', position + world_size * i))
+                for i, s in enumerate(samples[:real])
+            ]
+            position += world_size * len(samples)
     finally:
         model.train(was_training)
-    if get_world_size() > 1:
-        device = 'gpu' if torch.cuda.is_available() else 'cpu'
-        parts = collect_results(parts, len(dataloader.dataset), device)
-        if parts is None:  # not rank 0
-            return torch.empty(0), torch.empty(0, dtype=torch.long)
-    feats = torch.stack([f for f, _ in parts])
-    labels = torch.tensor([label for _, label in parts])
-    return feats, labels
+    device = feats[0].device if feats else _model_device(model)
+    if not feats:  # a rank that got no images (tiny dataset, many ranks)
+        feats = [torch.empty(0, 0, device=device)]
+    shard = FeatureShard(
+        torch.cat(feats), torch.tensor(labels, device=device),
+        torch.tensor(ids, dtype=torch.long, device=device))
+    if shard.ids.numel() > 1 and not bool((shard.ids.diff() > 0).all()):
+        order = shard.ids.argsort()
+        shard = FeatureShard(*(t[order] for t in shard))
+    return shard
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device('cpu')
+
+
+def gather_feature_shards(shard: FeatureShard, dst: int = 0) -> FeatureShard:
+    """The features of all ranks on rank ``dst``, on the CPU, in dataset
+    order (empty tensors on the other ranks).
+
+    Each rank sends its rows as one tensor (padded to the longest shard),
+    so what travels is the features themselves: W x max(n) x C x 4 bytes
+    and the labels and indices. Use it for datasets that fit in one
+    process's memory; the kNN itself needs no gathering
+    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
+    """
+    rank, world_size = get_dist_info()
+    if world_size == 1:
+        return FeatureShard(*(t.cpu() for t in shard))
+    # rows and feature width of every rank (a rank without rows has none)
+    sizes = torch.tensor([shard.ids.numel(), shard.feats.shape[-1]],
+                         device=shard.ids.device)
+    longest, dim = torch.stack(all_gather(sizes)).max(dim=0).values.tolist()
+    padded = [
+        pad_rows(shard.feats.reshape(-1, dim), longest, 0.),
+        pad_rows(shard.labels, longest, 0),
+        pad_rows(shard.ids, longest, -1)
+    ]
+    parts = [_gather(t, dst, rank, world_size) for t in padded]
+    if rank != dst:
+        return FeatureShard(
+            torch.empty(0, dim), torch.empty(0, dtype=torch.long),
+            torch.empty(0, dtype=torch.long))
+    feats, labels, ids = (torch.cat(p).cpu() for p in parts)
+    real = ids >= 0
+    order = ids[real].argsort()
+    return FeatureShard(feats[real][order], labels[real][order],
+                        ids[real][order])
+
+
+def _gather(tensor: torch.Tensor, dst: int, rank: int, world_size: int):
+    """torch's gather on the backend's device (mmengine 0.10.7's
+    ``gather`` hands the tensor to the backend where it lies)."""
+    tensor = tensor.to(get_comm_device())
+    out = [torch.empty_like(tensor)
+           for _ in range(world_size)] if rank == dst else None
+    torch_dist.gather(tensor, out, dst)
+    return out
+
+
+def pad_rows(tensor: torch.Tensor, rows: int, fill) -> torch.Tensor:
+    """``tensor`` with rows of ``fill`` appended up to ``rows`` rows."""
+    pad = tensor.new_full((rows - tensor.shape[0], *tensor.shape[1:]), fill)
+    return torch.cat([tensor, pad])
+
+
+def extract_features(
+    model: nn.Module,
+    dataloader: DataLoader,
+    feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Backbone features and labels of a labelled dataset, on rank 0.
+
+    :func:`extract_feature_shard` on every rank, then
+    :func:`gather_feature_shards` to rank 0. For the kNN of a large
+    dataset use the shards directly
+    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
+
+    Returns:
+        Tuple[torch.Tensor, torch.Tensor]: Features (N, C) and labels (N, )
+        on the CPU, in dataset order (on rank 0; empty on other ranks).
+    """
+    shard = gather_feature_shards(
+        extract_feature_shard(model, dataloader, feature_fn))
+    return shard.feats, shard.labels

@@ -4,6 +4,9 @@ from typing import Dict, Sequence
 import torch
 import torch.nn.functional as F
 
+from .extract_features import FeatureShard
+from .sharded_weighted_knn import sharded_weighted_knn_accuracy
+
 
 @torch.no_grad()
 def weighted_knn_scores(query: torch.Tensor,
@@ -70,24 +73,40 @@ def weighted_knn_accuracy(query: torch.Tensor,
                           topk: Sequence[int] = (20, 200),
                           temperature: float = 0.07,
                           exclude_self: bool = False) -> Dict[str, float]:
-    """Top-1 accuracy (percent) of the weighted kNN classifier for each k.
+    """Top-1 accuracy (percent) of the weighted kNN classifier for each k,
+    in this process, on whole tensors.
 
-    ``exclude_self=True``: leave-one-out, the queries are the bank and no
-    image votes for itself (see :func:`weighted_knn_scores`).
+    The neighbours are found once for the largest k, in chunks
+    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy` with
+    ``distributed=False``); the scores equal :func:`weighted_knn_scores`'
+    up to the order of the vote sums and ties at the k-th neighbour
+    (broken here towards the lower bank index).
+
+    ``exclude_self=True``: leave-one-out, the queries are the bank (same
+    order) and no image votes for itself.
 
     Returns:
         Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
     """
-    results = {}
-    labels = query_labels.long().to(query.device)
-    for k in topk:
-        pred = weighted_knn_scores(
-            query,
-            bank,
-            bank_labels,
-            num_classes,
-            k,
-            temperature,
-            exclude_self=exclude_self).argmax(dim=1)
-        results[f'top1_k{k}'] = (pred == labels).float().mean().item() * 100
-    return results
+    if bank.shape[0] != bank_labels.shape[0]:
+        raise ValueError(f'weighted kNN: {bank.shape[0]} bank features but '
+                         f'{bank_labels.shape[0]} labels')
+    if exclude_self and query.shape[0] != bank.shape[0]:
+        raise ValueError('weighted kNN: exclude_self=True needs the queries '
+                         f'to be the bank, got {query.shape[0]} queries and '
+                         f'{bank.shape[0]} bank features')
+
+    def shard(feats, labels):
+        device = feats.device
+        return FeatureShard(feats,
+                            labels.long().to(device),
+                            torch.arange(feats.shape[0], device=device))
+
+    return sharded_weighted_knn_accuracy(
+        shard(query, query_labels),
+        shard(bank, bank_labels),
+        num_classes,
+        topk,
+        temperature,
+        exclude_self=exclude_self,
+        distributed=False)

@@ -156,7 +156,7 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
         'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
     ])
 def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
-                                 iter_based):
+                                 iter_based, device):
     full, resumed, diffs, equal = compare(load_tool, tmp_path, workers,
                                           persistent, iter_based)
     n = 8 if iter_based else 4 * ITERS_PER_EPOCH

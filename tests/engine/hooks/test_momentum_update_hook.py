@@ -25,7 +25,7 @@ class PairModel(nn.Module):
         return [(self.online, self.target)]
 
 
-def test_update_math():
+def test_update_math(on_device):
     model = PairModel().double()
     hook = MomentumUpdateHook(momentum=0.9)
     hook.attach(model)
@@ -96,7 +96,7 @@ class RecordQueryParamsHook(Hook):
         ]
 
 
-def test_hook_in_a_real_runner(tmp_path, tiny_moco_runner_cfg):
+def test_hook_in_a_real_runner(tmp_path, tiny_moco_runner_cfg, device):
     cfg = tiny_moco_runner_cfg(
         tmp_path,
         max_iters=3,

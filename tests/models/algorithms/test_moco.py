@@ -226,7 +226,7 @@ def test_queue_after_each_step_equals_mmpretrains():
             (step + 1) * 8 % 24
 
 
-def test_state_dict_between_steps_resumes_exactly():
+def test_state_dict_between_steps_resumes_exactly(on_device, deterministic):
     """A model saved after a training step and loaded into a fresh one
     continues bit for bit (queue with instance ids, split Shuffle BN); a
     state taken between a loss and its backward already holds the batch's
@@ -243,8 +243,10 @@ def test_state_dict_between_steps_resumes_exactly():
             num_splits=2)
 
     gen = torch.Generator().manual_seed(3)
-    batches = [[torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
-               for _ in range(5)]
+    batches = [[
+        torch.randn(8, 3, 32, 32, generator=gen, device='cpu').to(on_device)
+        for _ in range(2)
+    ] for _ in range(5)]
 
     def step(model, opt, hook, i, check_mid_state=False):
         torch.manual_seed(100 + i)  # the Shuffle BN permutation
@@ -287,7 +289,7 @@ def test_state_dict_between_steps_resumes_exactly():
         assert torch.equal(value, final_resumed[name]), name
 
 
-def test_exclude_same_instance_masks_older_keys_of_the_same_image():
+def test_exclude_same_instance_masks_older_keys_of_the_same_image(on_device):
     torch.manual_seed(0)
     model = tiny_moco(
         queue=dict(
@@ -328,7 +330,8 @@ def test_exclude_same_instance_needs_sample_idx():
         model.loss([torch.randn(2, 3, 32, 32)] * 2, [DataSample()] * 2)
 
 
-def test_split_shuffle_bn_converts_both_encoders_and_unshuffles_keys():
+def test_split_shuffle_bn_converts_both_encoders_and_unshuffles_keys(
+        on_device):
     torch.manual_seed(0)
     model = tiny_moco(shuffle_bn='split', num_splits=2)
     assert type(model.backbone.bn1) is SplitBatchNorm

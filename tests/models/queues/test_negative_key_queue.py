@@ -22,7 +22,7 @@ def reference_queue(queue: NegativeKeyQueue, batches):
     return torch.stack(slots), ptr
 
 
-def test_init_is_normalised_and_persistent():
+def test_init_is_normalised_and_persistent(on_device):
     queue = NegativeKeyQueue(size=10, dim=4, exclude_same_instance=True)
     assert queue.keys.shape == (10, 4)
     assert torch.allclose(queue.keys.norm(dim=1), torch.ones(10))
@@ -33,7 +33,7 @@ def test_init_is_normalised_and_persistent():
 
 @pytest.mark.parametrize('batch_sizes',
                          [[3, 4], [5, 5, 5], [7], [2, 9, 1], [12, 3]])
-def test_wrap_around_and_batches_larger_than_the_queue(batch_sizes):
+def test_wrap_around_and_batches_larger_than_the_queue(batch_sizes, on_device):
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=5, dim=3)
     batches = [torch.randn(n, 3) for n in batch_sizes]
@@ -44,7 +44,7 @@ def test_wrap_around_and_batches_larger_than_the_queue(batch_sizes):
     assert int(queue.ptr) == expected_ptr
 
 
-def test_hand_written_wrap_around():
+def test_hand_written_wrap_around(on_device):
     queue = NegativeKeyQueue(size=4, dim=1)
     queue.enqueue(torch.tensor([[1.], [2.], [3.]]))
     queue.enqueue(torch.tensor([[4.], [5.]]))  # 4 -> slot 3, 5 -> slot 0
@@ -61,7 +61,7 @@ def test_forward_returns_the_buffer_itself():
     assert queue() is queue.keys  # no copy of K x C per step
 
 
-def test_logits_hold_new_keys_back_until_their_backward_has_run():
+def test_logits_hold_new_keys_back_until_their_backward_has_run(on_device):
     """No copy of the queue: keys enqueued after the logits wait until the
     backward through the logits is done, which sees the old keys."""
     torch.manual_seed(0)
@@ -81,7 +81,8 @@ def test_logits_hold_new_keys_back_until_their_backward_has_run():
     assert int(queue.ptr) == expected_ptr
 
 
-def test_read_holds_new_keys_back_until_the_query_gradient_is_computed():
+def test_read_holds_new_keys_back_until_the_query_gradient_is_computed(
+        on_device):
     """The fused loss reads the buffer (no logits node of the queue's own):
     keys enqueued after read() are written once the gradient of the query
     has been computed, and that gradient used the old keys."""
@@ -108,7 +109,7 @@ def test_read_holds_new_keys_back_until_the_query_gradient_is_computed():
     assert torch.equal(leaf.grad, ref_leaf.grad)  # the old keys
 
 
-def test_two_logits_one_backward_waits_for_both():
+def test_two_logits_one_backward_waits_for_both(on_device):
     """MoCo v3 with a queue: two terms read the queue, one backward."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=6, dim=2)
@@ -124,7 +125,7 @@ def test_two_logits_one_backward_waits_for_both():
     assert torch.equal(queue.keys, expected)
 
 
-def test_held_back_keys_are_written_before_the_next_logits():
+def test_held_back_keys_are_written_before_the_next_logits(on_device):
     """A loss computed without a backward: its keys are negatives of the
     next step all the same, and the stale graph cannot backprop wrongly."""
     torch.manual_seed(0)
@@ -143,7 +144,7 @@ def test_held_back_keys_are_written_before_the_next_logits():
         stale.sum().backward()
 
 
-def test_no_grad_logits_write_at_once():
+def test_no_grad_logits_write_at_once(on_device):
     queue = NegativeKeyQueue(size=4, dim=2)
     with torch.no_grad():
         queue.logits(torch.randn(3, 2))
@@ -151,7 +152,7 @@ def test_no_grad_logits_write_at_once():
     assert torch.equal(queue.keys[:2], torch.ones(2, 2))
 
 
-def test_state_dict_holds_the_held_back_keys_without_writing_them():
+def test_state_dict_holds_the_held_back_keys_without_writing_them(on_device):
     """A checkpoint taken between a loss and its backward carries the new
     keys (and ids); the live buffer stays intact for the backward."""
     torch.manual_seed(0)
@@ -179,7 +180,7 @@ def test_state_dict_holds_the_held_back_keys_without_writing_them():
     assert fresh.ids.tolist() == [4, 5, 6, -1, -1]
 
 
-def test_loading_drops_held_back_keys():
+def test_loading_drops_held_back_keys(on_device):
     torch.manual_seed(0)
     source = NegativeKeyQueue(size=4, dim=2)
     state = {k: v.clone() for k, v in source.state_dict().items()}
@@ -202,7 +203,7 @@ def test_logits_are_float32_under_bf16_autocast():
     assert torch.equal(neg, query.bfloat16().float() @ queue.keys.t())
 
 
-def test_half_precision_keys_are_stored_in_float32():
+def test_half_precision_keys_are_stored_in_float32(on_device):
     queue = NegativeKeyQueue(size=4, dim=2)
     queue.enqueue(torch.ones(2, 2, dtype=torch.float16))
     assert queue.keys.dtype == torch.float32
@@ -236,7 +237,7 @@ def test_the_queue_follows_the_model_dtype_but_never_below_float32():
     assert queue.float().keys.dtype == torch.float32
 
 
-def test_same_instance_mask():
+def test_same_instance_mask(on_device):
     queue = NegativeKeyQueue(size=4, dim=2, exclude_same_instance=True)
     queue.enqueue(torch.randn(3, 2), ids=torch.tensor([7, 8, 7]))
     mask = queue.same_instance_mask(torch.tensor([7, 9]))

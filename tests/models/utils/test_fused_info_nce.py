@@ -28,23 +28,26 @@ def composed(query, key, bank, t, mask=None):
 
 
 def embeddings(n, m, c, dtype=torch.float64, seed=0):
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # the same values anywhere
     query, key, bank = (
-        F.normalize(torch.randn(s, c, generator=gen, dtype=dtype), dim=1)
-        for s in (n, n, m))
+        F.normalize(
+            torch.randn(s, c, generator=gen, dtype=dtype, device='cpu'),
+            dim=1).to(torch.get_default_device()) for s in (n, n, m))
     return query, key, bank
 
 
 @pytest.mark.parametrize('with_mask', [False, True])
 @pytest.mark.parametrize('t', [0.07, 0.2, 1.0])
-def test_loss_and_gradient_equal_the_composed_cross_entropy(t, with_mask):
+def test_loss_and_gradient_equal_the_composed_cross_entropy(
+        t, with_mask, on_device):
     query, key, bank = embeddings(6, 50, 8)
     # one positive made the winner, so the accuracy is not all misses
     key[2] = query[2]
     mask = None
     if with_mask:
-        mask = torch.rand(6, 50, generator=torch.Generator().manual_seed(1))
-        mask = mask < 0.3
+        mask = torch.rand(
+            6, 50, generator=torch.Generator().manual_seed(1), device='cpu')
+        mask = mask.to(query.device) < 0.3
     q1 = query.clone().requires_grad_()
     q2 = query.clone().requires_grad_()
     loss, hits = fused_info_nce(q1, key, bank, t, mask)
@@ -66,7 +69,7 @@ def test_loss_and_gradient_equal_the_composed_cross_entropy(t, with_mask):
     assert not hits.requires_grad
 
 
-def test_gradcheck():
+def test_gradcheck(on_device):
     query, key, bank = embeddings(3, 7, 4)
     mask = torch.zeros(3, 7, dtype=torch.bool)
     mask[0, 2] = mask[2, 6] = True
@@ -75,7 +78,7 @@ def test_gradcheck():
         lambda q: fused_info_nce(q, key, bank, 0.2, mask)[0], (query, ))
 
 
-def test_fully_masked_row_leaves_only_the_positive():
+def test_fully_masked_row_leaves_only_the_positive(on_device):
     query, key, bank = embeddings(2, 5, 3)
     mask = torch.zeros(2, 5, dtype=torch.bool)
     mask[1] = True
@@ -87,7 +90,8 @@ def test_fully_masked_row_leaves_only_the_positive():
     assert hits[1]
 
 
-def test_float32_matches_float64_and_large_inverse_temperature_is_finite():
+def test_float32_matches_float64_and_large_inverse_temperature_is_finite(
+        on_device):
     query, key, bank = embeddings(8, 4096, 16)
     for t in (0.2, 0.01):
         ref, _ = composed(query, key, bank, t)
@@ -139,7 +143,7 @@ def test_never_computed_below_the_widest_input():
     torch.testing.assert_close(q.grad, q64.grad.float(), rtol=2**-23, atol=0)
 
 
-def test_the_bank_is_read_not_copied_and_inplace_changes_are_caught():
+def test_the_bank_is_read_not_copied_and_inplace_changes_are_caught(on_device):
     query, key, bank = embeddings(2, 6, 3, dtype=torch.float32)
     query.requires_grad_()
     loss, _ = fused_info_nce(query, key, bank, 0.2)
@@ -148,7 +152,7 @@ def test_the_bank_is_read_not_copied_and_inplace_changes_are_caught():
         loss.backward()
 
 
-def test_keys_that_need_gradients_are_refused():
+def test_keys_that_need_gradients_are_refused(on_device):
     query, key, bank = embeddings(2, 6, 3, dtype=torch.float32)
     with pytest.raises(ValueError, match='InfoNCEHead.loss'):
         fused_info_nce(query, key.requires_grad_(), bank, 0.2)

@@ -30,7 +30,7 @@ ATOL = 1e-10
 
 
 @pytest.mark.parametrize('batch', [8, 10])  # even and uneven slices
-def test_matches_one_batch_norm_per_slice(batch):
+def test_matches_one_batch_norm_per_slice(batch, on_device):
     torch.manual_seed(0)
     plain = nn.BatchNorm2d(3).double()
     nn.init.uniform_(plain.weight)
@@ -45,7 +45,7 @@ def test_matches_one_batch_norm_per_slice(batch):
     assert int(split.num_batches_tracked) == 1
 
 
-def test_differs_from_whole_batch_norm_in_training():
+def test_differs_from_whole_batch_norm_in_training(on_device):
     torch.manual_seed(0)
     x = torch.randn(8, 2, 3, 3)
     x[::2] += 5  # slice 0 is shifted, slice 1 is not
@@ -54,7 +54,7 @@ def test_differs_from_whole_batch_norm_in_training():
     assert not torch.allclose(whole, split, atol=1e-3)
 
 
-def test_eval_mode_is_a_plain_batch_norm():
+def test_eval_mode_is_a_plain_batch_norm(on_device):
     plain = nn.BatchNorm2d(3)
     plain.running_mean.fill_(0.5)
     split = SplitBatchNorm(3, num_splits=4)
@@ -80,7 +80,7 @@ def test_convert_shares_parameters_and_keeps_state_dict_keys():
     assert list(model.state_dict()) == keys
 
 
-def test_one_dimensional_features_of_a_projection_head():
+def test_one_dimensional_features_of_a_projection_head(on_device):
     torch.manual_seed(0)
     plain = nn.BatchNorm1d(5).double()
     split = SplitBatchNorm.convert(nn.BatchNorm1d(5).double(), num_splits=2)

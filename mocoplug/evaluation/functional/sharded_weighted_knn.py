@@ -1,0 +1,134 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import math
+from typing import Dict, Sequence
+
+import torch
+import torch.nn.functional as F
+from mmengine.dist import all_gather, all_reduce, get_dist_info
+
+from .extract_features import FeatureShard, pad_rows
+from .knn_neighbours import (Neighbours, merge_neighbours, nearest_neighbours,
+                             no_neighbours, weighted_votes)
+
+
+@torch.no_grad()
+def sharded_weighted_knn_accuracy(
+        query: FeatureShard,
+        bank: FeatureShard,
+        num_classes: int,
+        topk: Sequence[int] = (20, 200),
+        temperature: float = 0.07,
+        exclude_self: bool = False,
+        query_chunk: int = 4096,
+        bank_chunk: int = 32768,
+        distributed: bool = True) -> Dict[str, float]:
+    """Top-1 accuracy (percent) of the weighted kNN classifier, computed
+    where the features are: every rank keeps its shard of the memory.
+
+    The protocol of `Unsupervised Feature Learning via Non-Parametric
+    Instance Discrimination <https://arxiv.org/abs/1805.01978>`_ (Wu et al.,
+    CVPR 2018), used to monitor MoCo: features are L2-normalised, the k
+    most cosine-similar memory features vote for their class with weight
+    ``exp(similarity / temperature)``.
+
+    In rounds of ``query_chunk`` queries (taken in equal parts from every
+    rank and all-gathered), each rank finds the nearest ``max(topk)``
+    features of its memory shard on its device, in chunks of
+    ``bank_chunk`` rows; the candidates of all ranks are all-gathered and
+    merged, and each rank scores its own queries for every k from that one
+    neighbour list. Per round each rank receives ``query_chunk`` queries
+    and ``world_size x query_chunk x max(topk)`` candidates, whatever the
+    memory's size; the correct counts are summed at the end, so every rank
+    returns the same figures and none waits on another's computation.
+
+    Neighbours are the k largest similarities, equal similarities in
+    increasing dataset index, so the result does not depend on the
+    chunking or the number of ranks, given the same similarities. (The
+    similarities themselves are float32 matmuls whose rounding, of the
+    order of C x 2^-24, may change with the shapes of the chunks.)
+
+    Args:
+        query (FeatureShard): This rank's query features.
+        bank (FeatureShard): This rank's memory features (any float dtype,
+            e.g. float16 to halve the memory).
+        num_classes (int): Number of classes.
+        topk (Sequence[int]): Numbers of neighbours (each capped at the
+            memory size). Defaults to (20, 200).
+        temperature (float): Vote temperature. Defaults to 0.07.
+        exclude_self (bool): Leave-one-out: the queries are memory images
+            and no query has its own dataset index as a neighbour.
+        query_chunk (int): Queries per round, over all ranks.
+        bank_chunk (int): Memory rows per matmul.
+        distributed (bool): Split over the ranks of the default process
+            group (each rank passes its shards); False computes in this
+            process alone, on whole tensors.
+
+    Returns:
+        Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
+    """
+    rank, world_size = get_dist_info() if distributed else (0, 1)
+    device = query.feats.device
+    per_rank = max(1, query_chunk // world_size)
+    sizes = torch.tensor([bank.ids.numel(), query.ids.numel()], device=device)
+    # rounds, and the feature width (a rank without queries has none)
+    widths = torch.tensor(
+        [math.ceil(query.ids.numel() / per_rank), query.feats.shape[-1]],
+        device=device)
+    if world_size > 1:
+        all_reduce(sizes)
+        all_reduce(widths, op='max')
+    (num_bank, num_query), (rounds, dim) = sizes.tolist(), widths.tolist()
+    k_max = min(max(topk), num_bank - int(exclude_self))
+    if k_max < 1 or num_query < 1:
+        raise ValueError(
+            f'weighted kNN: {num_bank} memory features and {num_query} '
+            f'queries{" (leave-one-out)" if exclude_self else ""}; need at '
+            'least one query and one neighbour')
+    correct = torch.zeros(len(topk), dtype=torch.long, device=device)
+    for start in range(0, rounds * per_rank, per_rank):
+        feats = query.feats[start:start + per_rank].reshape(-1, dim)
+        mine = feats.shape[0]
+        rows = F.normalize(feats.float(), dim=1)
+        ids = query.ids[start:start + per_rank]
+        if world_size > 1:  # this round's queries of every rank, padded
+            rows = torch.cat(all_gather(pad_rows(rows, per_rank, 0.)))
+            ids = torch.cat(all_gather(pad_rows(ids, per_rank, -1)))
+        found = _search(rows, ids, bank, k_max, exclude_self, bank_chunk)
+        if world_size > 1:  # the nearest of every rank's nearest
+            found = merge_neighbours([
+                Neighbours(*parts)
+                for parts in zip(*(all_gather(t) for t in found))
+            ], k_max)
+        found = Neighbours(*(t[rank * per_rank:rank * per_rank + mine]
+                             for t in found))
+        labels = query.labels[start:start + per_rank].to(device)
+        for i, k in enumerate(topk):
+            votes = weighted_votes(found, min(k, k_max), num_classes,
+                                   temperature)
+            correct[i] += (votes.argmax(dim=1) == labels).sum()
+    if world_size > 1:
+        all_reduce(correct)
+    return {
+        f'top1_k{k}': count * 100 / num_query
+        for k, count in zip(topk, correct.tolist())
+    }
+
+
+def _search(rows: torch.Tensor, ids: torch.Tensor, bank: FeatureShard, k: int,
+            exclude_self: bool, bank_chunk: int) -> Neighbours:
+    """The neighbours of the real query rows in this rank's memory; padding
+    rows (id -1) get none (searching them would only cost: their
+    similarities are all 0, one long tie)."""
+    real = ids >= 0
+    if bool(real.all()):
+        return nearest_neighbours(rows, bank.feats, bank.ids, bank.labels, k,
+                                  ids if exclude_self else None, bank_chunk)
+    found = no_neighbours(rows.shape[0], k, rows.device)
+    if bool(real.any()):
+        part = nearest_neighbours(rows[real], bank.feats, bank.ids,
+                                  bank.labels, k,
+                                  ids[real] if exclude_self else None,
+                                  bank_chunk)
+        for whole, values in zip(found, part):
+            whole[real] = values
+    return found

@@ -1,0 +1,67 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""tools/gpu_check.py in its CPU mode (toy sizes), every step, so that the
+command a GPU machine runs first keeps working where CI has no GPU."""
+import json
+import math
+
+
+def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
+                                                     capsys):
+    gpu_check = load_tool('gpu_check')
+    out = tmp_path / 'report.json'
+    report = gpu_check.main([
+        '--device', 'cpu', '--work-dir',
+        str(tmp_path / 'work'), '--out',
+        str(out), '--pytest-k',
+        'test_hand_written_wrap_around or test_update_math'
+    ])
+    assert json.loads(out.read_text())['steps'].keys() == set(gpu_check.STEPS)
+    assert report['mode'].startswith('cpu: toy sizes')
+    steps = report['steps']
+    assert {
+        name: s['status']
+        for name, s in steps.items()
+    } == dict.fromkeys(gpu_check.STEPS, 'ok'), steps
+    assert report['ok']
+
+    # the two selected tests ran on the CPU (their cuda variants were not
+    # even collected) and passed
+    tests = steps['device_tests']
+    assert (tests['passed'], tests['failures'], tests['skipped']) == (2, 0, 0)
+    assert '--device cpu' in tests['command']
+
+    train = steps['train']
+    iters = gpu_check.SIZES['cpu']['iters']
+    assert set(train['runs']) == {'amp_off', 'amp_on', 'control_lr0'}
+    for run in train['runs'].values():
+        assert len(run['losses']) == run['iterations'] == iters
+        assert all(math.isfinite(v) for v in run['losses'])
+        assert run['images_per_s'] > 0
+    # the lr-0 control and the float32 run see the same first batch with
+    # the same weights: the same first loss, to the last bit
+    assert train['runs']['control_lr0']['losses'][0] == \
+        train['runs']['amp_off']['losses'][0]
+    assert 'not judged' in train['note']  # 4 iterations tell nothing
+
+    resume = steps['exact_resume']
+    assert resume['checks']['bitwise_equal']
+    assert resume['losses_after_resume']['full'] == \
+        resume['losses_after_resume']['resumed']
+    assert len(resume['losses_after_resume']['full']) == \
+        resume['iterations'] - resume['resumed_at']
+
+    bench = steps['benchmark']
+    assert set(bench['runs']) == {
+        'amp_off-channels_last_off', 'amp_on-channels_last_on'
+    }
+    for run in bench['runs'].values():
+        assert set(run['median_ms']) == {'ours', 'mmpretrain', 'floor'}
+
+    knn = steps['knn']
+    assert knn['config']['bank'] == 20000
+    # random features, 100 classes: chance level, far below 10 %
+    assert all(0 <= v < 10 for v in knn['sharded']['accuracy'].values())
+
+    table = capsys.readouterr().out
+    for name in gpu_check.STEPS:
+        assert f'| {name} | ok |' in table
