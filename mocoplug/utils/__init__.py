@@ -2,6 +2,7 @@
 from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
                                 trusted_globals)
 from .config_packages import register_config_package
+from .device_augment_config import use_device_augmentation
 from .disabled_hooks import drop_disabled_default_hooks
 from .labelled_folder import fill_data_root, labelled_folder_classes
 from .mmcv_compat import patch_adjust_hue
@@ -13,5 +14,6 @@ __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
     'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
     'register_all_modules', 'fill_data_root', 'labelled_folder_classes',
-    'drop_disabled_default_hooks', 'leave_process_group'
+    'drop_disabled_default_hooks', 'leave_process_group',
+    'use_device_augmentation'
 ]

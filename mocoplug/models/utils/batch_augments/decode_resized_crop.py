@@ -1,0 +1,116 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Decode a batch of image files on a device and cut the views' crops
+there: the device half of :class:`~mocoplug.datasets.transforms.
+CropBoxMultiView`.
+
+JPEGs are decoded with ``torchvision.io.decode_jpeg`` on the target device
+(nvjpeg, the whole batch in one call, on CUDA; libjpeg-turbo on CPU); other
+formats with ``torchvision.io.decode_image`` on the CPU, then copied. The
+EXIF orientation is applied as OpenCV's decoding does. Each crop is resized
+with antialiased bilinear (or bicubic) interpolation, the filter PIL's
+resize uses (mmpretrain's ``RandomResizedCrop(backend='pillow')``), and
+rounded to integers.
+"""
+import warnings
+from typing import List, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+import torchvision.io as tvio
+
+JPEG_MAGIC = b'\xff\xd8\xff'
+
+
+def _as_tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def decode_images(encoded: Sequence[bytes],
+                  device: torch.device) -> List[torch.Tensor]:
+    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``."""
+    device = torch.device(device)
+    images = [None] * len(encoded)
+    jpegs = [i for i, data in enumerate(encoded) if data[:3] == JPEG_MAGIC]
+    with warnings.catch_warnings():  # torchvision 0.29 deprecates its io
+        warnings.simplefilter('ignore', DeprecationWarning)
+        if jpegs:
+            decoded = tvio.decode_jpeg([_as_tensor(encoded[i]) for i in jpegs],
+                                       mode=tvio.ImageReadMode.RGB,
+                                       device=device)
+            for i, image in zip(jpegs, decoded):
+                images[i] = image
+        for i, data in enumerate(encoded):
+            if images[i] is None:
+                images[i] = tvio.decode_image(
+                    _as_tensor(data), mode=tvio.ImageReadMode.RGB).to(device)
+    return images
+
+
+def apply_exif_orientation(image: torch.Tensor,
+                           orientation: int) -> torch.Tensor:
+    """Turn a ``C x H x W`` image as EXIF ``orientation`` (1-8) says, as
+    PIL's ``ImageOps.exif_transpose`` and OpenCV's decoders do."""
+    if orientation == 2:
+        return image.flip(-1)
+    if orientation == 3:
+        return image.flip(-2, -1)
+    if orientation == 4:
+        return image.flip(-2)
+    if orientation == 5:
+        return image.transpose(-2, -1)
+    if orientation == 6:
+        return image.transpose(-2, -1).flip(-1)
+    if orientation == 7:
+        return image.transpose(-2, -1).flip(-2, -1)
+    if orientation == 8:
+        return image.transpose(-2, -1).flip(-2)
+    return image
+
+
+def resized_crop(image: torch.Tensor,
+                 box: Sequence[int],
+                 size: Tuple[int, int],
+                 mode: str = 'bilinear') -> torch.Tensor:
+    """Crop ``box`` (top, left, height, width) of a ``C x H x W`` image and
+    resize it to ``size`` (height, width) with antialiasing; float32
+    integer values."""
+    top, left, height, width = (int(v) for v in box)
+    crop = image[None, :, top:top + height, left:left + width].float()
+    out = F.interpolate(
+        crop, size=size, mode=mode, antialias=True, align_corners=False)
+    return out[0].round_().clamp_(0, 255)
+
+
+def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
+                 crop_boxes: torch.Tensor, flips: torch.Tensor,
+                 sizes: Sequence[Tuple[int, int]], modes: Sequence[str],
+                 device: torch.device) -> List[torch.Tensor]:
+    """Decode a batch and cut every view.
+
+    Args:
+        encoded (Sequence[bytes]): ``B`` files.
+        orientations (Tensor): ``B`` EXIF orientations (CPU).
+        crop_boxes (Tensor): ``B x V x 4`` boxes (CPU), in the oriented
+            image: top, left, height, width.
+        flips (Tensor): ``B x V`` horizontal flips (CPU).
+        sizes (Sequence[tuple]): ``V`` output sizes (height, width).
+        modes (Sequence[str]): ``V`` interpolation modes.
+        device (torch.device): Where to decode and crop.
+
+    Returns:
+        list[Tensor]: ``V`` float32 ``B x 3 x h x w`` BGR views holding
+        integer values (mmcv's channel order, as the workers' views).
+    """
+    images = decode_images(encoded, device)
+    orientations = orientations.tolist()  # CPU tensors: no device sync
+    boxes = crop_boxes.tolist()
+    flips = flips.tolist()
+    views = []
+    for v, (size, mode) in enumerate(zip(sizes, modes)):
+        crops = []
+        for b, image in enumerate(images):
+            image = apply_exif_orientation(image, orientations[b])
+            crop = resized_crop(image, boxes[b][v], size, mode)
+            crops.append(crop.flip(-1) if flips[b][v] else crop)
+        views.append(torch.stack(crops).flip(1))  # RGB -> BGR
+    return views
