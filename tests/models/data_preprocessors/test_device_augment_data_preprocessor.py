@@ -246,12 +246,7 @@ def device_views(pipeline, images):
                 type='GeometricMultiView', num_views=2, transforms=[pipeline]))
     np.random.seed(1)
     out = [multi_view(dict(img=img.copy()))['img'] for img in images]
-    views = [
-        torch.stack([
-            torch.from_numpy(np.ascontiguousarray(p[k])).permute(2, 0, 1)
-            for p in out
-        ]) for k in range(2)
-    ]
+    views = [torch.stack([p[k] for p in out]) for k in range(2)]  # CHW
     augmented = run(build(seed=3, transforms=[pipeline]), views)
     return torch.stack(augmented, dim=1).flatten(0, 1)
 
@@ -320,8 +315,8 @@ def test_photometric_half_has_the_per_image_distribution():
                 type='GeometricMultiView', num_views=2, transforms=[pipeline]))
         photometric = Compose(split_view_pipeline(pipeline)[1])
     np.random.seed(0)
-    crops = [
-        np.ascontiguousarray(view) for img in PHOTOS
+    crops = [  # (the workers' views are CHW tensors)
+        view.permute(1, 2, 0).contiguous().numpy() for img in PHOTOS
         for view in geometric(dict(img=img.copy()))['img']
     ]
     per_image = [photometric(dict(img=c.copy()))['img'] for c in crops]

@@ -7,16 +7,19 @@ JPEGs are decoded with ``torchvision.io.decode_jpeg`` on the target device
 (nvjpeg, the whole batch in one call, on CUDA; libjpeg-turbo on CPU); other
 formats with ``torchvision.io.decode_image`` on the CPU, then copied. The
 EXIF orientation is applied as OpenCV's decoding does. Each crop is resized
-with antialiased bilinear (or bicubic) interpolation, the filter PIL's
-resize uses (mmpretrain's ``RandomResizedCrop(backend='pillow')``), and
-rounded to integers.
+with PIL's antialiased filter (mmpretrain's
+``RandomResizedCrop(backend='pillow')``), as the workers' crops
+(:func:`~mocoplug.datasets.transforms.antialiased_resized_crop.
+antialiased_resized_crop`).
 """
 import warnings
 from typing import List, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 import torchvision.io as tvio
+
+from mocoplug.datasets.transforms.antialiased_resized_crop import \
+    antialiased_resized_crop
 
 JPEG_MAGIC = b'\xff\xd8\xff'
 
@@ -67,20 +70,6 @@ def apply_exif_orientation(image: torch.Tensor,
     return image
 
 
-def resized_crop(image: torch.Tensor,
-                 box: Sequence[int],
-                 size: Tuple[int, int],
-                 mode: str = 'bilinear') -> torch.Tensor:
-    """Crop ``box`` (top, left, height, width) of a ``C x H x W`` image and
-    resize it to ``size`` (height, width) with antialiasing; float32
-    integer values."""
-    top, left, height, width = (int(v) for v in box)
-    crop = image[None, :, top:top + height, left:left + width].float()
-    out = F.interpolate(
-        crop, size=size, mode=mode, antialias=True, align_corners=False)
-    return out[0].round_().clamp_(0, 255)
-
-
 def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
                  crop_boxes: torch.Tensor, flips: torch.Tensor,
                  sizes: Sequence[Tuple[int, int]], modes: Sequence[str],
@@ -98,19 +87,22 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
         device (torch.device): Where to decode and crop.
 
     Returns:
-        list[Tensor]: ``V`` float32 ``B x 3 x h x w`` BGR views holding
-        integer values (mmcv's channel order, as the workers' views).
+        list[Tensor]: ``V`` uint8 ``B x 3 x h x w`` BGR views (mmcv's
+        channel order, as the workers' views).
     """
-    images = decode_images(encoded, device)
-    orientations = orientations.tolist()  # CPU tensors: no device sync
+    # (the boxes, flips and orientations are CPU tensors: no device sync)
+    images = [
+        apply_exif_orientation(image, orientation)
+        for image, orientation in zip(
+            decode_images(encoded, device), orientations.tolist())
+    ]
     boxes = crop_boxes.tolist()
     flips = flips.tolist()
     views = []
     for v, (size, mode) in enumerate(zip(sizes, modes)):
         crops = []
         for b, image in enumerate(images):
-            image = apply_exif_orientation(image, orientations[b])
-            crop = resized_crop(image, boxes[b][v], size, mode)
+            crop = antialiased_resized_crop(image, boxes[b][v], size, mode)
             crops.append(crop.flip(-1) if flips[b][v] else crop)
         views.append(torch.stack(crops).flip(1))  # RGB -> BGR
     return views
