@@ -251,3 +251,30 @@ def test_geometric_multi_view_fast_path_cuts_the_same_crops():
         assert a.dtype == torch.uint8 and a.shape == (3, 24, 24)
         diff = np.abs(a.permute(1, 2, 0).numpy().astype(int) - b)
         assert diff.max() <= 2 and diff.mean() < 0.5
+
+
+def test_a_file_the_device_decoder_rejects_is_decoded_on_the_cpu(monkeypatch):
+    """nvjpeg refuses some JPEGs (e.g. CMYK) and then fails the whole
+    batch: each file is retried alone and the rejected one goes through
+    the CPU decoder (simulated here)."""
+    import torchvision.io as tvio
+
+    from mocoplug.models.utils.batch_augments import decode_resized_crop
+    files = [
+        cv2.imencode('.jpg', photo_crop(20, 30, seed))[1].tobytes()
+        for seed in range(3)
+    ]
+    real = tvio.decode_jpeg
+
+    def device_decoder(data, **kwargs):
+        if isinstance(data, list) or bytes(data.numpy()) == files[1]:
+            raise RuntimeError('nvjpeg: unsupported')
+        return real(data, **kwargs)
+
+    monkeypatch.setattr(decode_resized_crop.tvio, 'decode_jpeg',
+                        device_decoder)
+    decoded = decode_resized_crop.decode_images(files, torch.device('cpu'))
+    for data, image in zip(files, decoded):
+        want = mmcv.imfrombytes(data, backend='cv2')
+        np.testing.assert_array_equal(
+            image.flip(0).permute(1, 2, 0).numpy(), want)

@@ -214,7 +214,7 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 } for step in params]
             images = augment(view, params)
             if self._channel_conversion:
-                images = images[:, [2, 1, 0], ...]
+                images = images.flip(1)  # BGR <-> RGB, no index tensor
             if self._enable_normalize:
                 images = (images - self.mean) / self.std
             outputs.append(images)

@@ -385,3 +385,22 @@ def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
                 want = want[:, ::-1]
             got = out[v][b].permute(1, 2, 0).numpy()
             assert np.abs(got - want).max() <= 1
+
+
+def test_training_forward_never_waits_for_the_device(monkeypatch):
+    """The whole training forward of the v3 views (every step) with the
+    calls that synchronise with the device made to raise: .item(),
+    .tolist(), boolean indexing, truth values, tensors from host data."""
+    preprocessor = build(transforms=V3, num_views=[1, 1])
+    views = batch()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError('host synchronisation')
+
+    for name in ('item', 'tolist', 'nonzero', '__bool__'):
+        monkeypatch.setattr(torch.Tensor, name, forbidden)
+    for name in ('tensor', 'as_tensor', 'from_numpy', 'masked_select',
+                 'nonzero'):
+        monkeypatch.setattr(torch, name, forbidden)
+    out = run(preprocessor, views)
+    assert [o.shape for o in out] == [(4, 3, 40, 40)] * 2

@@ -210,8 +210,9 @@ def test_solarize_is_mmpretrains():
 
 
 def test_ops_keep_the_batch_on_its_device_without_host_sync(monkeypatch):
-    """No .item() / .tolist() / boolean-mask indexing in the batched ops
-    (they would wait for the device): calling them raises here."""
+    """No .item() / .tolist() / boolean-mask indexing in the batched ops,
+    and no tensor made from host data (torch.tensor copies from the host
+    and waits for the device): calling them raises here."""
 
     def forbidden(*args, **kwargs):
         raise AssertionError('host synchronisation')
@@ -229,6 +230,9 @@ def test_ops_keep_the_batch_on_its_device_without_host_sync(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, forbidden)
     monkeypatch.setattr(torch, 'nonzero', forbidden)
     monkeypatch.setattr(torch, 'masked_select', forbidden)
+    monkeypatch.setattr(torch, 'tensor', forbidden)
+    monkeypatch.setattr(torch, 'as_tensor', forbidden)
+    monkeypatch.setattr(torch, 'from_numpy', forbidden)
     for op, op_params in zip(ops, params):
         batch = op(batch, op_params)
     assert batch.shape == (4, 3, 36, 44)

@@ -172,8 +172,13 @@ class BatchColorJitter:
         for op, name in enumerate(FACTOR_NAMES[:3]):
             if name in params:
                 factors[:, op] = params[name]
-        blends = torch.tensor(self.blends, device=apply.device)
-        blend_position = position[:, blends]
+        # (built on the device: torch.tensor(list) would copy from the host
+        # and wait for the device)
+        blends = torch.cat([
+            torch.full((1, ), op, dtype=torch.long, device=apply.device)
+            for op in self.blends
+        ])
+        blend_position = position.index_select(1, blends)
         in_order = blend_position.argsort(dim=1)
         sequence = blends[in_order]  # the sample's blends, in its order
         sequence_position = blend_position.gather(1, in_order)

@@ -30,18 +30,34 @@ def _as_tensor(data: bytes) -> torch.Tensor:
 
 def decode_images(encoded: Sequence[bytes],
                   device: torch.device) -> List[torch.Tensor]:
-    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``."""
+    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``.
+
+    JPEGs are decoded on ``device`` in one call; if that fails (nvjpeg
+    rejects some files, e.g. CMYK), each is retried alone, and one the
+    device cannot decode goes through the CPU. Other formats are decoded
+    on the CPU and copied."""
     device = torch.device(device)
     images = [None] * len(encoded)
     jpegs = [i for i, data in enumerate(encoded) if data[:3] == JPEG_MAGIC]
     with warnings.catch_warnings():  # torchvision 0.29 deprecates its io
         warnings.simplefilter('ignore', DeprecationWarning)
-        if jpegs:
+        try:
             decoded = tvio.decode_jpeg([_as_tensor(encoded[i]) for i in jpegs],
                                        mode=tvio.ImageReadMode.RGB,
-                                       device=device)
-            for i, image in zip(jpegs, decoded):
-                images[i] = image
+                                       device=device) if jpegs else []
+        except RuntimeError:
+            decoded = []
+            for i in jpegs:
+                try:
+                    decoded.append(
+                        tvio.decode_jpeg(
+                            _as_tensor(encoded[i]),
+                            mode=tvio.ImageReadMode.RGB,
+                            device=device))
+                except RuntimeError:
+                    decoded.append(None)
+        for i, image in zip(jpegs, decoded):
+            images[i] = image
         for i, data in enumerate(encoded):
             if images[i] is None:
                 images[i] = tvio.decode_image(
