@@ -340,10 +340,11 @@ def test_photometric_half_has_the_per_image_distribution():
 def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
     """Files read by the workers (LoadImageBytes, CropBoxMultiView,
     PackEncodedViews), decoded, cropped, resized and flipped by the
-    preprocessor on the CPU: each view is the per-image crop of the same
-    box (mmcv, pillow backend), within 1 grey level (see
-    tests/datasets/test_device_augment_transforms.py), flipped when
-    drawn."""
+    preprocessor on the CPU, JPEGs and PNGs mixed: each view is the
+    per-image pipeline's crop of the same box (OpenCV decoding, mmcv's
+    pillow resize), within 2 grey levels (the decoders agree exactly, the
+    resize bound is argued in tests/datasets/
+    test_device_augment_transforms.py), flipped when drawn."""
     import mmcv
     from mmengine.dataset import default_collate
     crop = dict(
@@ -363,9 +364,9 @@ def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
         ]
     np.random.seed(0)
     for seed in range(6):
-        images.append(photo_crop(90 + seed, 120, seed))
-        path = str(tmp_path / f'{seed}.png')  # lossless: known pixels
-        mmcv.imwrite(images[-1], path)
+        path = str(tmp_path / f'{seed}.{"jpg" if seed % 2 else "png"}')
+        mmcv.imwrite(photo_crop(90 + seed, 120, seed), path)
+        images.append(mmcv.imread(path, backend='cv2'))
         results = dict(img_path=path)
         for step in steps:
             results = step(results)
@@ -384,7 +385,7 @@ def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
             if flips[b, v]:
                 want = want[:, ::-1]
             got = out[v][b].permute(1, 2, 0).numpy()
-            assert np.abs(got - want).max() <= 1
+            assert np.abs(got - want).max() <= 2
 
 
 def test_training_forward_never_waits_for_the_device(monkeypatch):
