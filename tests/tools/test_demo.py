@@ -6,8 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mocoplug.evaluation import (linear_probe_accuracy,
-                                 stratified_label_subsets)
+from mocoplug.evaluation import linear_probe_accuracy, stratified_label_subsets
 
 
 def test_bn_statistics_are_the_exact_dataset_average(load_tool):
