@@ -12,7 +12,13 @@ data-loader worker), on the same JPEG files:
   (``main_moco.py --aug-plus``): PIL loader, RandomResizedCrop(224,
   scale=(0.2, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) p=0.8, RandomGrayscale
   p=0.2, PIL GaussianBlur sigma in [0.1, 2] p=0.5, flip, ToTensor,
-  Normalize, two views.
+  Normalize, two views;
+- device-aug: the worker's share of the device augmentation path
+  (``--device-config``, the MoCo v2 ``_device-aug`` config): decode, crop,
+  flip; the colour jitter, grayscale and blur run batched in the data
+  preprocessor (their cost: ``tools/benchmark_device_augment.py``);
+- device-decode: the worker's share when decoding on the device too
+  (``--decode-config``): read the file and draw the crop boxes.
 
 For each it times decoding (from bytes in memory), the two-view
 augmentation (from the decoded image) and the whole pipeline from the file,
@@ -28,7 +34,8 @@ Without ``--data-dir`` it writes JPEGs at ImageNet-like sizes (about
 ships (nothing is downloaded).
 
     python tools/benchmark_pipeline.py [--num-images 32] [--rounds 7] \\
-        [--config CONFIG] [--data-dir DIR] [--out results.json]
+        [--config CONFIG] [--device-config CONFIG] [--decode-config CONFIG]
+        [--data-dir DIR] [--out results.json]
 """
 import argparse
 import io
@@ -60,11 +67,14 @@ import mocoplug  # noqa: F401  (registers the transforms, patches mmcv)
 warnings.filterwarnings('ignore', message="Only use 'alpha'")
 
 MMPRETRAIN_BASE = osp.join(
-    osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_',
-    'datasets', 'imagenet_bs32_mocov2.py')
-DEFAULT_CONFIG = osp.join(
-    osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs',
-    'mocov2_r50_8xb32-coslr-200e_in1k.py')
+    osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_', 'datasets',
+    'imagenet_bs32_mocov2.py')
+CONFIGS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
+DEFAULT_CONFIG = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k.py')
+DEVICE_CONFIG = osp.join(CONFIGS,
+                         'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
+DECODE_CONFIG = osp.join(CONFIGS,
+                         'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
 # ImageNet's most common sizes (width x height)
 SIZES = [(500, 375), (375, 500), (500, 333), (500, 400), (500, 500),
          (400, 500), (500, 332), (333, 500)]
@@ -152,10 +162,22 @@ def load_average() -> List[float]:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--config', default=DEFAULT_CONFIG,
-                        help='mocoplug config whose train pipeline to time')
-    parser.add_argument('--data-dir', help='folder of JPEGs to use instead '
-                        'of the generated ones')
+    parser.add_argument(
+        '--config',
+        default=DEFAULT_CONFIG,
+        help='mocoplug config whose train pipeline to time')
+    parser.add_argument(
+        '--device-config',
+        default=DEVICE_CONFIG,
+        help='config of the device augmentation path')
+    parser.add_argument(
+        '--decode-config',
+        default=DECODE_CONFIG,
+        help='config decoding on the device')
+    parser.add_argument(
+        '--data-dir',
+        help='folder of JPEGs to use instead '
+        'of the generated ones')
     parser.add_argument('--num-images', type=int, default=32)
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--out', help='write the results as JSON here')
@@ -184,11 +206,20 @@ def main(argv=None):
     if ours_cfg[0]['type'] != 'LoadImageFromFile':
         raise SystemExit(f'{args.config}: the train pipeline should start '
                          'with LoadImageFromFile')
+    device_cfg = Config.fromfile(
+        args.device_config).train_dataloader.dataset.pipeline
+    decode_cfg = Config.fromfile(
+        args.decode_config).train_dataloader.dataset.pipeline
     pipelines = dict(
         mocoplug=(build(ours_cfg), build(ours_cfg[1:]),
                   load_backend(ours_cfg)),
-        mmpretrain=(build(ref_cfg), build(ref_cfg[1:]),
-                    load_backend(ref_cfg)))
+        mmpretrain=(build(ref_cfg), build(ref_cfg[1:]), load_backend(ref_cfg)),
+        **{
+            'device-aug': (build(device_cfg), build(device_cfg[1:]),
+                           load_backend(device_cfg))
+        })
+    read_bytes, draw_boxes = build(decode_cfg[:1]), build(decode_cfg[1:])
+    headers = [read_bytes(dict(img_path=p)) for p in paths]
     decode = decoders()
     official = official_views()
     decoded_bgr = {name: [fn(b) for b in blobs] for name, fn in decode.items()}
@@ -204,6 +235,13 @@ def main(argv=None):
             dict(img=decoded_bgr[b][i].copy(), sample_idx=i))
         stages[f'full/{name}'] = lambda i, f=full: f(
             dict(img_path=paths[i], sample_idx=i))
+    # decoding on the device: the worker reads the file and its header
+    # ("decode" column) and draws the crop boxes ("augment")
+    stages['decode/header'] = lambda i: read_bytes(dict(img_path=paths[i]))
+    stages['augment/device-decode'] = lambda i: draw_boxes(
+        dict(headers[i], sample_idx=i))
+    stages['full/device-decode'] = lambda i: draw_boxes(
+        read_bytes(dict(img_path=paths[i], sample_idx=i)))
     stages['augment/official'] = lambda i: official(decoded_pil[i])
     stages['full/official'] = lambda i: official(
         pil_loader(open(paths[i], 'rb').read()))
@@ -233,8 +271,12 @@ def main(argv=None):
     ms = {name: median_ms(t) for name, t in cpu_times.items()}
     wall_ms = {name: median_ms(t) for name, t in wall_times.items()}
     rows = []
-    for name in ('official', 'mmpretrain', 'mocoplug'):
-        backend = 'PIL' if name == 'official' else pipelines[name][2]
+    for name in ('official', 'mmpretrain', 'mocoplug', 'device-aug',
+                 'device-decode'):
+        backend = dict(
+            official='PIL', **{
+                'device-decode': 'header'
+            }).get(name) or pipelines[name][2]
         full = ms[f'full/{name}']
         rows.append(
             dict(
@@ -246,8 +288,10 @@ def main(argv=None):
                 full_wall_ms=wall_ms[f'full/{name}'],
                 images_per_s=round(1000 / full, 1)))
     official_ips = rows[0]['images_per_s']
+    ours_ips = rows[2]['images_per_s']
     for row in rows:
         row['vs_official'] = round(row['images_per_s'] / official_ips, 2)
+        row['vs_mocoplug'] = round(row['images_per_s'] / ours_ips, 2)
 
     sizes = sorted({Image.open(p).size for p in paths})
     print(f'{len(paths)} JPEGs ({len(sizes)} sizes, e.g. '
@@ -258,26 +302,35 @@ def main(argv=None):
     print('\nJPEG decoding, CPU ms per image (median over rounds):\n')
     print('| decoder | ms/image |\n|---|---|')
     for name in list(decode) + ['PIL']:
-        label = {'PIL': 'PIL open + convert RGB (torchvision loader)'}.get(
-            name, f'mmcv imfrombytes, backend={name}')
+        label = {
+            'PIL': 'PIL open + convert RGB (torchvision loader)'
+        }.get(name, f'mmcv imfrombytes, backend={name}')
         print(f'| {label} | {ms["decode/" + name]:.2f} |')
     if 'turbojpeg' not in decode:
         print('| mmcv, backend=turbojpeg | not installed (PyTurboJPEG) |')
     print('\nTwo views per image, one worker (CPU ms per image; '
           'images/s = 1000 / full):\n')
     print('| pipeline | decoder | decode | augment (2 views) | full, from '
-          'file | images/s per worker | vs official | full, wall ms |')
-    print('|---|---|---|---|---|---|---|---|')
+          'file | images/s per worker | vs official | vs mocoplug | full, '
+          'wall ms |')
+    print('|---|---|---|---|---|---|---|---|---|')
     for row in rows:
         print(f'| {row["pipeline"]} | {row["decode_backend"]} | '
               f'{row["decode_ms"]:.2f} | {row["augment_ms"]:.2f} | '
               f'{row["full_ms"]:.2f} | {row["images_per_s"]:.1f} | '
-              f'{row["vs_official"]:.2f} | {row["full_wall_ms"]:.2f} |')
+              f'{row["vs_official"]:.2f} | {row["vs_mocoplug"]:.2f} | '
+              f'{row["full_wall_ms"]:.2f} |')
     print('\nofficial includes ToTensor + Normalize (float CHW); mmpretrain '
-          'and mocoplug output uint8 CHW and normalise on the GPU.')
+          'and mocoplug output uint8 CHW and normalise on the GPU. '
+          'device-aug leaves colour jitter, grayscale and blur to the data '
+          'preprocessor; device-decode (decoder "header": read the file, '
+          'parse its header) leaves decoding and cropping too (their cost '
+          'on the device: tools/benchmark_device_augment.py).')
 
     result = dict(
         config=osp.relpath(args.config),
+        device_config=osp.relpath(args.device_config),
+        decode_config=osp.relpath(args.decode_config),
         num_images=len(paths),
         image_sizes=[list(s) for s in sizes],
         mean_jpeg_kib=round(np.mean([len(b) for b in blobs]) / 1024, 1),

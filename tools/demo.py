@@ -15,7 +15,11 @@ scikit-learn, then what the features are worth on held-out images.
    results.json and results.png (bars and curves) under the work dir.
 
     python tools/demo.py [--work-dir work_dirs/demo] [--seeds 0 1 2]
-        [--epochs 30]
+        [--epochs 30] [--device-augment]
+
+``--device-augment`` pretrains with the views' contrast jitter and blur
+run batched by the data preprocessor (DEVICE_AUGMENT_CONFIG) instead of
+per image in the data pipeline.
 """
 import argparse
 import copy
@@ -48,6 +52,7 @@ from mocoplug.visualization.scalar_curves import series
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
                   'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DEVICE_AUGMENT_CONFIG = CONFIG.replace('.py', '_device-aug.py')
 KNN = dict(k=20, temperature=0.07)
 # label fraction -> number of stratified draws (few labels vary more)
 LABEL_FRACTIONS = {0.01: 10, 0.1: 3}
@@ -265,8 +270,8 @@ def figure(summary: Dict[str, dict], runs: Dict[int, List[dict]],
         'MoCo v2 on scikit-learn digits: features learnt without labels')
 
 
-def load_config(epochs: int = None) -> Config:
-    cfg = Config.fromfile(CONFIG)
+def load_config(epochs: int = None, config: str = CONFIG) -> Config:
+    cfg = Config.fromfile(config)
     if epochs:
         cfg.train_cfg.max_epochs = epochs
         cfg.param_scheduler[0].T_max = cfg.param_scheduler[0].end = epochs
@@ -283,16 +288,22 @@ def main(argv=None):
         default=[0, 1, 2],
         help='one pretraining run per seed')
     parser.add_argument('--epochs', type=int, help='override the epochs')
+    parser.add_argument(
+        '--device-augment',
+        action='store_true',
+        help='augment the views batched on the model\'s device '
+        f'({osp.relpath(DEVICE_AUGMENT_CONFIG, ROOT)})')
     args = parser.parse_args(argv)
     warnings.filterwarnings('ignore')
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    cfg = load_config(args.epochs)
+    config = DEVICE_AUGMENT_CONFIG if args.device_augment else CONFIG
+    cfg = load_config(args.epochs, config)
     started, cpu_started = time.time(), time.process_time()
     print(
         f'mocoplug demo: MoCo v2 on scikit-learn digits, '
         f'{cfg.train_cfg.max_epochs} epochs x {len(args.seeds)} seeds, '
-        f'work dir {args.work_dir}',
+        f'{osp.basename(config)}, work dir {args.work_dir}',
         flush=True)
     per_encoder = {RAW: [], RANDOM: [], MOCO: []}
     runs, seconds = {}, {}
@@ -342,7 +353,7 @@ def main(argv=None):
         linear_classifier='sklearn LogisticRegression(C=1) on features '
         'standardised over all training images',
         perturbation=PERTURBATION,
-        config=osp.relpath(CONFIG, ROOT),
+        config=osp.relpath(config, ROOT),
         epochs=cfg.train_cfg.max_epochs,
         pretrain_seconds=seconds,
         seconds=round(elapsed),

@@ -2,6 +2,7 @@
 from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
                                 trusted_globals)
 from .config_packages import register_config_package
+from .device_augment_config import use_device_augmentation
 from .disabled_hooks import enabled_default_hooks
 from .labelled_folder import fill_data_root, labelled_folder_classes
 from .mmcv_compat import patch_adjust_hue
@@ -14,5 +15,5 @@ __all__ = [
     'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
     'register_all_modules', 'fill_data_root', 'labelled_folder_classes',
     'enabled_default_hooks', 'leave_process_group',
-    'leave_process_group_at_exit'
+    'leave_process_group_at_exit', 'use_device_augmentation'
 ]

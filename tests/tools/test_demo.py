@@ -10,8 +10,7 @@ import torch.nn.functional as F
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
-from mocoplug.evaluation import (linear_probe_accuracy,
-                                 stratified_label_subsets)
+from mocoplug.evaluation import linear_probe_accuracy, stratified_label_subsets
 
 
 def raw_pixel_features(dataset, mean, std):
@@ -202,3 +201,14 @@ def test_demo_end_to_end_one_epoch_one_seed(tmp_path, load_tool):
     assert raw['linear']['1%']['clean'] == expected['clean']
     assert (tmp_path / 'results.png').stat().st_size > 10000
     assert (tmp_path / 'seed0').is_dir()
+
+
+def test_device_augment_option_pretrains_with_the_device_path(load_tool):
+    demo = load_tool('demo')
+    cfg = demo.load_config(4, demo.DEVICE_AUGMENT_CONFIG)
+    assert cfg.data_preprocessor.type == \
+        'mocoplug.DeviceAugmentDataPreprocessor'
+    assert cfg.train_cfg.max_epochs == cfg.param_scheduler[0].T_max == 4
+    plain = demo.load_config(4)
+    assert plain.model == cfg.model  # the same MoCo, other augmentation
+    assert plain.data_preprocessor.type == 'SelfSupDataPreprocessor'

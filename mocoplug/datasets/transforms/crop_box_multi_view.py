@@ -1,0 +1,81 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+from typing import List, Union
+
+import numpy as np
+from mmcv.transforms import BaseTransform
+
+from mocoplug.registry import TRANSFORMS
+from .view_pipeline_split import split_view_pipeline, transform_name
+
+
+def _single_view_geometry(pipeline: List[dict]):
+    """The RandomResizedCrop and optional horizontal RandomFlip of a view
+    pipeline, built; any other geometric step is refused."""
+    worker, _ = split_view_pipeline(pipeline)
+    names = [transform_name(t) for t in worker]
+    if names not in (['RandomResizedCrop'],
+                     ['RandomResizedCrop', 'RandomFlip']):
+        raise ValueError(
+            'CropBoxMultiView (decoding on the device) supports views made '
+            'of RandomResizedCrop, an optional horizontal RandomFlip and '
+            f'photometric steps; this view\'s geometric steps are {names}: '
+            'decode in the workers instead (GeometricMultiView)')
+    crop = TRANSFORMS.build(worker[0])
+    flip = TRANSFORMS.build(worker[1]) if len(worker) == 2 else None
+    if flip is not None and flip.direction != 'horizontal':
+        raise ValueError(
+            'CropBoxMultiView: only horizontal flips are done on the device, '
+            f'got RandomFlip(direction={flip.direction!r})')
+    return crop, flip
+
+
+@TRANSFORMS.register_module()
+class CropBoxMultiView(BaseTransform):
+    """Draw each view's crop box and flip from the image size alone: the
+    worker half of decoding and cropping on the model's device.
+
+    Takes the same ``transforms`` and ``num_views`` as mmpretrain's
+    ``MultiView``. For each view it draws the box of the pipeline's
+    ``RandomResizedCrop`` (its own ``rand_crop_params``, from
+    ``img_shape``) and the decision of its ``RandomFlip``, with the same
+    NumPy draws as those transforms; the device decodes the image, crops,
+    resizes and flips (:class:`~mocoplug.models.
+    DeviceAugmentDataPreprocessor`).
+
+    Required keys: ``img_shape``. Added keys: ``crop_boxes`` (int64,
+    ``num_views x 4``: top, left, height, width) and ``flips`` (bool,
+    ``num_views``).
+
+    Args:
+        transforms (list[list[dict]]): View pipelines, as ``MultiView``.
+        num_views (int | list[int]): Views per pipeline, as ``MultiView``.
+    """
+
+    def __init__(self, transforms: List[List[dict]],
+                 num_views: Union[int, List[int]]) -> None:
+        if isinstance(num_views, int):
+            num_views = [num_views]
+        if len(num_views) != len(transforms):
+            raise ValueError(
+                f'CropBoxMultiView: {len(transforms)} view pipelines for '
+                f'num_views={num_views}')
+        geometries = [_single_view_geometry(p) for p in transforms]
+        self.views = [
+            g for g, n in zip(geometries, num_views) for _ in range(n)
+        ]
+
+    def transform(self, results: dict) -> dict:
+        height, width = results['img_shape'][:2]
+        # rand_crop_params reads only the shape of the image
+        shape_only = np.empty((height, width, 0), dtype=np.uint8)
+        boxes, flips = [], []
+        for crop, flip in self.views:
+            boxes.append(crop.rand_crop_params(shape_only))
+            flips.append(flip is not None
+                         and flip._choose_direction() == 'horizontal')
+        results['crop_boxes'] = np.array(boxes, dtype=np.int64)
+        results['flips'] = np.array(flips, dtype=bool)
+        return results
+
+    def __repr__(self) -> str:
+        return f'{self.__class__.__name__}(views={len(self.views)})'

@@ -1,0 +1,40 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import torch
+from mmpretrain.datasets.transforms import PackInputs
+
+from mocoplug.registry import TRANSFORMS
+
+
+@TRANSFORMS.register_module()
+class PackEncodedViews(PackInputs):
+    """mmpretrain's ``PackInputs`` for images still encoded: the file bytes
+    and the views' crop boxes go to the model's device, which decodes and
+    crops them (:class:`~mocoplug.models.DeviceAugmentDataPreprocessor`).
+
+    ``inputs`` is a dict: ``encoded`` (the file's bytes), ``crop_boxes``
+    (int64 ``num_views x 4``: top, left, height, width), ``flips`` (bool,
+    ``num_views``) and ``exif_orientation`` (int64 scalar). mmengine's
+    ``default_collate`` keeps the bytes as a list and stacks the rest.
+
+    Required keys: ``img_bytes``, ``crop_boxes``, ``flips``,
+    ``exif_orientation`` (from :class:`LoadImageBytes` and
+    :class:`CropBoxMultiView`). Meta keys: as ``PackInputs``.
+    """
+
+    def transform(self, results: dict) -> dict:
+        missing = [
+            k for k in ('img_bytes', 'crop_boxes', 'flips', 'exif_orientation')
+            if k not in results
+        ]
+        if missing:
+            raise KeyError(
+                f'PackEncodedViews: {missing} missing; the pipeline should '
+                'be LoadImageBytes, CropBoxMultiView, PackEncodedViews')
+        rest = {k: v for k, v in results.items() if k != self.input_key}
+        packed = super().transform(rest)
+        packed['inputs'] = dict(
+            encoded=results['img_bytes'],
+            crop_boxes=torch.as_tensor(results['crop_boxes']),
+            flips=torch.as_tensor(results['flips']),
+            exif_orientation=torch.tensor(int(results['exif_orientation'])))
+        return packed

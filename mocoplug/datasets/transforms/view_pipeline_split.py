@@ -1,0 +1,92 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Which steps of a view pipeline the data-loader workers run and which the
+model's device runs, for the device augmentation path
+(:class:`~mocoplug.datasets.transforms.GeometricMultiView` in the workers,
+:class:`~mocoplug.models.DeviceAugmentDataPreprocessor` on the device).
+
+Workers keep the geometric steps (they need the decoded image and change
+its size); the device takes the photometric ones, which act on each pixel
+or on whole-image statistics and so commute with horizontal and vertical
+flips: a flip may come after them. Any other order, and any transform not
+listed here, is refused with the step named: the device path never drops or
+reorders a step silently.
+"""
+from typing import List, Sequence, Tuple, Union
+
+# geometric transforms run by the workers (mmpretrain / mmcv / torchvision
+# wrappers / mocoplug names, without scope prefix)
+WORKER_TRANSFORMS = frozenset({
+    'RandomResizedCrop', 'RandomFlip', 'Resize', 'ResizeEdge', 'CenterCrop',
+    'RandomCrop', 'NumpyToPIL', 'PILToNumpy', 'torchvision/RandomAffine',
+    'FixedRandomAffine'
+})
+# photometric transforms the device runs batched (RandomApply only around
+# one colour jitter, as in every MoCo recipe)
+DEVICE_TRANSFORMS = frozenset({
+    'RandomApply', 'ColorJitter', 'FastColorJitter', 'RandomGrayscale',
+    'FastRandomGrayscale', 'GaussianBlur', 'FastGaussianBlur', 'Solarize'
+})
+COLOR_JITTERS = frozenset({'ColorJitter', 'FastColorJitter'})
+# worker transforms that commute with every device transform
+COMMUTE_WITH_DEVICE = frozenset({'RandomFlip'})
+
+
+def transform_name(cfg: Union[dict, object]) -> str:
+    """The registered name of a transform config, without its scope prefix
+    (``'mocoplug.FastColorJitter'`` -> ``'FastColorJitter'``)."""
+    type_ = cfg['type'] if isinstance(cfg, dict) else cfg
+    if not isinstance(type_, str):
+        type_ = getattr(type_, '__name__', repr(type_))
+    return type_.rsplit('.', 1)[-1]
+
+
+def split_view_pipeline(
+        pipeline: Sequence[dict]) -> Tuple[List[dict], List[dict]]:
+    """Split one view pipeline into its worker and device steps.
+
+    Args:
+        pipeline (Sequence[dict]): Transform configs of one view, as given to
+            mmpretrain's ``MultiView``.
+
+    Returns:
+        tuple: ``(worker_steps, device_steps)``, each in pipeline order.
+
+    Raises:
+        ValueError: A transform neither list knows, a ``RandomApply`` around
+            anything but one colour jitter, or a geometric step other than a
+            flip after a photometric one.
+    """
+    worker, device = [], []
+    for index, cfg in enumerate(pipeline):
+        name = transform_name(cfg)
+        where = f'view pipeline step {index} ({name})'
+        if name in DEVICE_TRANSFORMS:
+            if name == 'RandomApply':
+                inner = list(cfg.get('transforms', []))
+                if len(inner) != 1 or transform_name(
+                        inner[0]) not in COLOR_JITTERS:
+                    raise ValueError(
+                        f'{where}: the device path applies RandomApply only '
+                        'around one ColorJitter/FastColorJitter, got '
+                        f'{[transform_name(t) for t in inner]}; use the '
+                        'per-image pipeline (MultiView) for this recipe')
+            device.append(cfg)
+        elif name in WORKER_TRANSFORMS:
+            if device and name not in COMMUTE_WITH_DEVICE:
+                raise ValueError(
+                    f'{where} comes after the photometric step '
+                    f'{transform_name(device[-1])}: the device path runs '
+                    'every photometric step after the workers\' geometric '
+                    f'ones, which only {sorted(COMMUTE_WITH_DEVICE)} '
+                    'commute with; move it before them or use the '
+                    'per-image pipeline (MultiView)')
+            worker.append(cfg)
+        else:
+            raise ValueError(
+                f'{where}: unknown to the device augmentation path, which '
+                'runs the geometric transforms '
+                f'{sorted(WORKER_TRANSFORMS)} in the workers and the '
+                f'photometric ones {sorted(DEVICE_TRANSFORMS)} on the '
+                'device; use the per-image pipeline (MultiView) for this '
+                'recipe')
+    return worker, device

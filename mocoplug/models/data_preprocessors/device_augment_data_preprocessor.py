@@ -1,0 +1,224 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import hashlib
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+from mmengine.dist import broadcast_object_list, get_dist_info
+from mmengine.logging import print_log
+from mmpretrain.models.utils import SelfSupDataPreprocessor
+
+from mocoplug.datasets.transforms.view_pipeline_split import transform_name
+from mocoplug.registry import MODELS
+from ..utils.batch_augments import PhotometricViewAugment, decode_views
+
+STATE_KEY = 'generator_state'
+_SEED_MIX = 0x5DEECE66D  # the stream differs from torch's global one
+
+
+def _shared_seed() -> int:
+    """A seed from torch's initial seed (the run's ``randomness.seed``),
+    rank 0's in a distributed run."""
+    seed = [(torch.initial_seed() ^ _SEED_MIX) % 2**63]
+    if get_dist_info()[1] > 1:
+        broadcast_object_list(seed, src=0)
+    return int(seed[0])
+
+
+def _seed_from_state(state: torch.Tensor) -> int:
+    digest = hashlib.sha256(state.cpu().numpy().tobytes()).digest()
+    return int.from_bytes(digest[:8], 'little') >> 1
+
+
+@MODELS.register_module()
+class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
+    """mmpretrain's ``SelfSupDataPreprocessor`` that also runs the views'
+    photometric augmentation, batched, on the model's device.
+
+    The device half of the device augmentation path: the data-loader
+    workers decode and crop (:class:`~mocoplug.datasets.transforms.
+    GeometricMultiView`, or only read the file and draw the crop boxes with
+    :class:`~mocoplug.datasets.transforms.CropBoxMultiView`, in which case
+    this class decodes and crops too), and in training this class applies
+    the colour jitter, grayscale, Gaussian blur and solarize steps of the
+    same view pipelines (MoCo v2's augmentation, Chen et al., "Improved
+    Baselines with Momentum Contrastive Learning", 2020; MoCo v3's
+    asymmetric views, Chen, Xie, He, ICCV 2021) with the per-image
+    transforms' probabilities and ranges, parameters drawn per sample.
+    Each batched operation equals the per-image ``Fast*`` transform given
+    the same parameters (see :mod:`~mocoplug.models.utils.batch_augments`).
+    Outside training (``training=False``: kNN monitor, evaluation) it is
+    ``SelfSupDataPreprocessor``.
+
+    Random parameters come from one ``torch.Generator`` on the model's
+    device, seeded from the run's seed. Its state is the persistent buffer
+    ``generator_state``, written when the state dict is taken and restored
+    when it is loaded, so checkpoints carry it and ``--resume`` continues
+    the stream. In a distributed run every rank holds the same generator
+    and draws the parameters of the whole global batch, keeping its own
+    slice: the ranks' parameters differ and rank 0's checkpoint restores
+    all of them (this needs the same per-rank batch size on every rank, as
+    mmengine's ``DefaultSampler`` gives).
+
+    No operation synchronises with the host (no ``.item()``, no boolean
+    indexing): "apply or not" is an identity parameter or a
+    ``torch.where``.
+
+    Args:
+        transforms (list[list[dict]]): The view pipelines, as given to
+            ``MultiView`` / ``GeometricMultiView``.
+        num_views (int | list[int]): Views per pipeline, as ``MultiView``.
+        seed (int, optional): Seed of the generator; by default derived
+            from torch's initial seed (the run's seed).
+        **kwargs: ``SelfSupDataPreprocessor``'s arguments (``mean``,
+            ``std``, ``to_rgb``, ``non_blocking``, ...).
+    """
+
+    def __init__(self,
+                 transforms: List[List[dict]],
+                 num_views: Union[int, List[int]],
+                 seed: Optional[int] = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        if isinstance(num_views, int):
+            num_views = [num_views]
+        if len(num_views) != len(transforms):
+            raise ValueError(
+                f'DeviceAugmentDataPreprocessor: {len(transforms)} view '
+                f'pipelines for num_views={num_views}')
+        augments = [PhotometricViewAugment(p) for p in transforms]
+        self.view_augments = [
+            a for a, n in zip(augments, num_views) for _ in range(n)
+        ]
+        self.seed = _shared_seed() if seed is None else int(seed)
+        self.register_buffer(STATE_KEY, torch.zeros(0, dtype=torch.uint8))
+        self._generator: Optional[torch.Generator] = None
+        self._loaded_state: Optional[torch.Tensor] = None
+        self._has_drawn = False
+
+    # ---- the generator and its state ------------------------------------
+    def _generator_on(self, device: torch.device) -> torch.Generator:
+        """The generator, created on (or moved to) ``device`` when needed."""
+        device = torch.device(device)
+        if device.type == 'cuda' and device.index is None:
+            device = torch.device('cuda', torch.cuda.current_device())
+        old = self._generator
+        if old is not None and old.device == device:
+            return old
+        generator = torch.Generator(device=device)
+        state = self._loaded_state
+        if state is None and old is not None and self._has_drawn:
+            state = old.get_state()
+        if state is None:
+            generator.manual_seed(self.seed)
+        else:
+            try:
+                generator.set_state(state.cpu())
+            except (RuntimeError, ValueError):
+                # a state of another kind of generator (CPU vs CUDA)
+                generator.manual_seed(_seed_from_state(state))
+                print_log(
+                    'DeviceAugmentDataPreprocessor: the saved augmentation '
+                    f'generator state ({state.numel()} bytes) is not one of '
+                    f'a {device.type} generator; re-seeded from it, so the '
+                    'augmentations will not continue the saved stream '
+                    'exactly',
+                    logger='current',
+                    level=30)
+        self._generator, self._loaded_state = generator, None
+        return generator
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + STATE_KEY] = self._generator_on(
+            self.device).get_state()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
+                              missing_keys, unexpected_keys, error_msgs):
+        key = prefix + STATE_KEY
+        state = state_dict.get(key)
+        if state is not None and state.dtype != torch.uint8:
+            error_msgs.append(f'{key}: a uint8 generator state expected, '
+                              f'got {state.dtype}')
+        elif state is not None and state.numel():
+            # take the saved size, then let the base class copy it in
+            setattr(
+                self, STATE_KEY,
+                torch.empty_like(state, device=self.generator_state.device))
+            self._loaded_state = state.detach().cpu().clone()
+            self._generator = None
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    # ---- the views ------------------------------------------------------
+    def _crop_geometry(self) -> Tuple[List[Tuple[int, int]], List[str]]:
+        """Output size (height, width) and interpolation of each view's
+        RandomResizedCrop, for decoding on the device."""
+        sizes, modes = [], []
+        for index, augment in enumerate(self.view_augments):
+            crop = next((t for t in augment.geometric
+                         if transform_name(t) == 'RandomResizedCrop'), None)
+            if crop is None:
+                raise ValueError(
+                    f'DeviceAugmentDataPreprocessor: view {index} has no '
+                    'RandomResizedCrop, needed to crop on the device')
+            scale = crop['scale']
+            width, height = (scale,
+                             scale) if isinstance(scale, int) else (scale[0],
+                                                                    scale[1])
+            mode = crop.get('interpolation', 'bilinear')
+            if mode not in ('bilinear', 'bicubic'):
+                raise ValueError(
+                    'DeviceAugmentDataPreprocessor: crops are resized on '
+                    "the device with 'bilinear' or 'bicubic' "
+                    f'interpolation, got {mode!r}')
+            sizes.append((int(height), int(width)))
+            modes.append(mode)
+        return sizes, modes
+
+    def _views(self, inputs) -> Sequence[torch.Tensor]:
+        if isinstance(inputs, dict) and 'encoded' in inputs:
+            sizes, modes = self._crop_geometry()
+            return decode_views(inputs['encoded'], inputs['exif_orientation'],
+                                inputs['crop_boxes'], inputs['flips'], sizes,
+                                modes, self.device)
+        if isinstance(inputs, (list, tuple)) and all(
+                torch.is_tensor(v) and v.dim() == 4 for v in inputs):
+            return self.cast_data(list(inputs))
+        raise TypeError(
+            'DeviceAugmentDataPreprocessor: in training, inputs must be a '
+            'list of B x 3 x H x W views (GeometricMultiView + PackInputs) '
+            'or encoded images (LoadImageBytes + CropBoxMultiView + '
+            f'PackEncodedViews), got {type(inputs).__name__}')
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        """Augment and normalise the views in training; otherwise as
+        ``SelfSupDataPreprocessor``."""
+        if not training:
+            return super().forward(data, training)
+        views = self._views(data['inputs'])
+        if len(views) != len(self.view_augments):
+            raise ValueError(
+                f'DeviceAugmentDataPreprocessor: {len(views)} views in the '
+                f'batch, {len(self.view_augments)} configured')
+        generator = self._generator_on(self.device)
+        rank, world_size = get_dist_info()
+        outputs = []
+        for view, augment in zip(views, self.view_augments):
+            num = view.shape[0]
+            params = augment.sample(num * world_size, generator, view.device)
+            if world_size > 1:  # this rank's slice of the global batch
+                params = [{
+                    k: v[rank * num:(rank + 1) * num]
+                    for k, v in step.items()
+                } for step in params]
+            images = augment(view, params)
+            if self._channel_conversion:
+                images = images.flip(1)  # BGR <-> RGB, no index tensor
+            if self._enable_normalize:
+                images = (images - self.mean) / self.std
+            outputs.append(images)
+        self._has_drawn = True
+        return dict(
+            inputs=outputs,
+            data_samples=self.cast_data(data.get('data_samples')))

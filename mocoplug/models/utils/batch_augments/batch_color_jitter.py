@@ -1,0 +1,205 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Colour jitter on a batch, per-sample parameters, value for value the
+per-image :class:`~mocoplug.datasets.transforms.FastColorJitter`.
+
+Images are float32 ``B x 3 x H x W`` tensors holding uint8 values (0-255,
+integers) in mmcv's BGR order, as between two per-image transforms.
+Brightness, contrast and saturation are PIL's ``ImageEnhance`` blends (what
+FastColorJitter and mmpretrain's ``ColorJitter`` compute): ``out =
+trunc(clip(d + f * (x - d)))`` in float32, ``d`` black, the image's rounded
+mean grey level, or its grey image, grey being PIL's fixed-point ITU-R
+601-2 luma. Every intermediate is an integer or a single float32 product /
+sum, the same operations PIL performs, so the results are bit-identical.
+The hue is rotated in float HSV, as FastColorJitter's OpenCV code, and
+rounded once.
+"""
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)  # mmpretrain's indices
+NO_OP = -1
+FACTOR_NAMES = ('brightness', 'contrast', 'saturation', 'hue')
+_EPS = float(np.finfo(np.float32).eps)  # OpenCV's FLT_EPSILON
+
+
+def pil_luma(images: torch.Tensor) -> torch.Tensor:
+    """PIL's ``convert('L')`` of a BGR batch: ``(R * 19595 + G * 38470 + B *
+    7471 + 0x8000) >> 16``, int32 ``B x 1 x H x W``."""
+    b, g, r = images.to(torch.int32).unbind(1)
+    luma = (r * 19595 + g * 38470 + b * 7471 + 32768) >> 16
+    return luma.unsqueeze(1)
+
+
+def pil_rounded_mean(luma: torch.Tensor) -> torch.Tensor:
+    """``int(mean + 0.5)`` of each sample's grey levels, as PIL's
+    ``ImageEnhance.Contrast``, in integers: ``(2 S + n) // (2 n)``. Equal to
+    PIL's float64 result: the exact value is an integer or at least
+    ``1 / (2 n)`` from one, far more than float64's error near 255."""
+    n = luma[0].numel()
+    total = luma.sum(dim=(1, 2, 3), dtype=torch.int64)
+    return (2 * total + n) // (2 * n)
+
+
+def pil_blend(degenerate: torch.Tensor, images: torch.Tensor,
+              factor: torch.Tensor) -> torch.Tensor:
+    """PIL's ``Image.blend(degenerate, images, factor)`` on uint8 values:
+    ``trunc(clip(d + f * (x - d), 0, 255))`` in float32, per sample
+    ``factor`` (``B``). Factor 1 returns ``images`` exactly."""
+    factor = factor.to(torch.float32).view(-1, 1, 1, 1)
+    degenerate = degenerate.to(torch.float32)
+    out = degenerate + factor * (images - degenerate)
+    return out.clamp_(0, 255).floor_()
+
+
+def enhance(images: torch.Tensor, op: torch.Tensor,
+            factor: torch.Tensor) -> torch.Tensor:
+    """One of brightness / contrast / saturation per sample, or nothing.
+
+    Args:
+        images (Tensor): float32 BGR batch of uint8 values.
+        op (Tensor): ``B`` ints: BRIGHTNESS, CONTRAST, SATURATION or NO_OP.
+        factor (Tensor): ``B`` enhancement factors (ignored for NO_OP).
+    """
+    luma = pil_luma(images)
+    mean = pil_rounded_mean(luma).view(-1, 1, 1, 1)
+    op = op.view(-1, 1, 1, 1)
+    degenerate = torch.where(op == BRIGHTNESS, torch.zeros_like(luma),
+                             torch.where(op == CONTRAST, mean, luma))
+    factor = torch.where(op.view(-1) == NO_OP, torch.ones_like(factor), factor)
+    return pil_blend(degenerate, images, factor)
+
+
+def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
+    """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV,
+    rounding once: FastColorJitter's :func:`~mocoplug.datasets.transforms.
+    fast_color_jitter.rotate_hue`.
+
+    The map from RGB to rotated RGB is continuous (at grey pixels the hue
+    has no effect), and both compute it in float32 from the same input, so
+    before rounding they differ by float32 rounding error (about 1e-4 grey
+    levels): the rounded outputs differ by at most 1 grey level, only
+    where the exact value is that close to a half level.
+    """
+    x = images * np.float32(1 / 255)
+    b, g, r = x.unbind(1)
+    value = torch.maximum(torch.maximum(r, g), b)
+    diff = value - torch.minimum(torch.minimum(r, g), b)
+    saturation = diff / (value.abs() + _EPS)
+    scale = 60 / (diff + _EPS)
+    hue = torch.where(
+        value == r, (g - b) * scale,
+        torch.where(value == g, (b - r) * scale + 120, (r - g) * scale + 240))
+    hue = torch.where(hue < 0, hue + 360, hue)
+    shift = torch.remainder(hue_factor.to(torch.float64) * 360, 360)
+    hue = hue + shift.to(torch.float32).view(-1, 1, 1)
+    hue = torch.where(hue >= 360, hue - 360, hue) / 60
+    # HSV -> RGB: channel n is v - v s clip(min(k, 4 - k), 0, 1) with
+    # k = (n + h / 60) mod 6 and n = 1 (blue), 3 (green), 5 (red)
+    channels = []
+    for n in (1, 3, 5):
+        k = torch.remainder(hue + n, 6)
+        ramp = torch.minimum(k, 4 - k).clamp_(0, 1)
+        channels.append(value - value * saturation * ramp)
+    out = torch.stack(channels, dim=1) * 255
+    return out.abs_().round_().clamp_(0, 255)
+
+
+class BatchColorJitter:
+    """mmpretrain's ``RandomApply([ColorJitter])`` on a batch: per sample,
+    with probability ``prob``, brightness, contrast, saturation and hue
+    factors drawn uniformly from their ranges and applied in a random
+    order (a uniform permutation, as torchvision and mmpretrain).
+
+    To apply the four operations in each sample's order without indexing
+    the batch by sample, the enabled blends (brightness, contrast,
+    saturation) run in slots: each sample's blends before its hue step,
+    the hue rotation once for the whole batch, then its blends after it;
+    a slot a sample has no blend for is the identity (factor 1, exact).
+
+    Args:
+        brightness, contrast, saturation (tuple, optional): ``(min, max)``
+            factor ranges; None disables the operation.
+        hue (tuple, optional): ``(min, max)`` hue factor range in turns.
+        prob (float): Probability of jittering a sample. Defaults to 1.
+    """
+
+    def __init__(self,
+                 brightness: Optional[Tuple[float, float]] = None,
+                 contrast: Optional[Tuple[float, float]] = None,
+                 saturation: Optional[Tuple[float, float]] = None,
+                 hue: Optional[Tuple[float, float]] = None,
+                 prob: float = 1.) -> None:
+        self.ranges = {
+            BRIGHTNESS: brightness,
+            CONTRAST: contrast,
+            SATURATION: saturation,
+            HUE: hue
+        }
+        self.prob = float(prob)
+        self.blends = [
+            op for op in (BRIGHTNESS, CONTRAST, SATURATION)
+            if self.ranges[op] is not None
+        ]
+
+    def sample(self, num: int, generator: torch.Generator,
+               device: torch.device) -> Dict[str, torch.Tensor]:
+        """Draw ``apply`` (bool), ``order`` (a permutation of the four
+        operations) and one factor per enabled operation, per sample."""
+
+        def uniform(size):
+            return torch.rand(
+                size, generator=generator, device=device, dtype=torch.float64)
+
+        params = dict(
+            apply=uniform(num) < self.prob,
+            order=uniform((num, 4)).argsort(dim=1))
+        for op, name in enumerate(FACTOR_NAMES):
+            if self.ranges[op] is not None:
+                low, high = self.ranges[op]
+                params[name] = low + (high - low) * uniform(num)
+        return params
+
+    def __call__(self, images: torch.Tensor,
+                 params: Dict[str, torch.Tensor]) -> torch.Tensor:
+        if not self.blends and self.ranges[HUE] is None:
+            return images
+        apply = params['apply']
+        position = params['order'].argsort(dim=1)  # position of each op
+        factors = torch.ones(
+            apply.shape[0], 3, dtype=torch.float64, device=apply.device)
+        for op, name in enumerate(FACTOR_NAMES[:3]):
+            if name in params:
+                factors[:, op] = params[name]
+        # (built on the device: torch.tensor(list) would copy from the host
+        # and wait for the device)
+        blends = torch.cat([
+            torch.full((1, ), op, dtype=torch.long, device=apply.device)
+            for op in self.blends
+        ])
+        blend_position = position.index_select(1, blends)
+        in_order = blend_position.argsort(dim=1)
+        sequence = blends[in_order]  # the sample's blends, in its order
+        sequence_position = blend_position.gather(1, in_order)
+
+        def run_blends(images, active):
+            for slot in range(len(self.blends)):
+                op = torch.where(active[:, slot], sequence[:, slot], NO_OP)
+                factor = factors.gather(1, op.clamp(min=0).view(-1, 1))
+                images = enhance(images, op, factor.view(-1))
+            return images
+
+        if self.ranges[HUE] is None:
+            return run_blends(images, apply.view(-1, 1).expand_as(sequence))
+        hue_position = position[:, HUE:HUE + 1]
+        images = run_blends(
+            images,
+            apply.view(-1, 1)
+            & (sequence_position < hue_position))
+        rotated = rotate_hue(images, params['hue'])
+        images = torch.where(apply.view(-1, 1, 1, 1), rotated, images)
+        return run_blends(
+            images,
+            apply.view(-1, 1)
+            & (sequence_position > hue_position))

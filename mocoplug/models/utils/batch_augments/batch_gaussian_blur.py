@@ -1,0 +1,154 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Gaussian blur on a batch with a sigma per sample, bit-identical to
+OpenCV's ``GaussianBlur`` on uint8 images as
+:class:`~mocoplug.datasets.transforms.FastGaussianBlur` calls it (kernel
+width ``2 ceil(3 sigma) + 1``, reflected border ``BORDER_REFLECT_101``).
+
+For uint8 images OpenCV blurs in fixed point: the 1-D kernel (its
+bit-exact float64 Gaussian, normalised to sum 1) is quantised to integers
+summing to 256 with error diffusion, a row pass and a column pass sum the
+exact integer products, and the result is rounded once, ``(v + 2^15) >>
+16``. Here the kernel is computed with the same float64 operations in the
+same order and the passes sum the same integers exactly (see
+:func:`fixed_point_blur`), so no step rounds differently on any device.
+(OpenCV computes the float64 exponential in software; torch's may differ
+in the last bit, which changes a quantised coefficient only if it lands
+within 1e-13 of a half-integer.)
+"""
+import math
+from typing import Dict, Tuple
+
+import torch
+
+
+def kernel_radius(sigma: float) -> int:
+    """Half-width of FastGaussianBlur's kernel: ``ceil(3 sigma)``."""
+    return math.ceil(3 * sigma)
+
+
+def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
+    """OpenCV's uint8 Gaussian kernels for a batch of sigmas.
+
+    Args:
+        sigma (Tensor): float64 ``B``; 0 gives the identity kernel.
+        max_radius (int): Half-width of the returned kernels, at least
+            ``ceil(3 sigma)`` for every sigma.
+
+    Returns:
+        Tensor: int32 ``B x (2 max_radius + 1)``, each summing to 256, zero
+        beyond the sample's own half-width ``ceil(3 sigma)``.
+    """
+    sigma = sigma.to(torch.float64)
+    identity = sigma <= 0
+    sigma = torch.where(identity, torch.ones_like(sigma), sigma)
+    radius = torch.where(identity, torch.zeros_like(sigma),
+                         torch.ceil(3 * sigma))
+    # taps from the outermost inwards, as OpenCV's loops
+    distance = torch.arange(
+        max_radius, 0, -1, dtype=torch.float64, device=sigma.device)
+    scale = -0.125 / (sigma * sigma)
+    x = 2 * distance  # OpenCV's x = 2 i - (n - 1)
+    taps = torch.exp((x * x).view(1, -1) * scale.view(-1, 1))
+    taps = torch.where(
+        distance.view(1, -1) <= radius.view(-1, 1), taps,
+        torch.zeros_like(taps))
+    total = torch.zeros_like(sigma)
+    for i in range(max_radius):  # (zeros first: adding 0. changes nothing)
+        total = total + taps[:, i]
+    normalise = 1 / (total * 2 + 1)
+    weights = taps * normalise.view(-1, 1)
+    # error-diffusion quantisation to 1/256 (getGaussianKernelFixedPoint_ED)
+    error = torch.zeros_like(sigma)
+    quantised = []
+    for i in range(max_radius):
+        adjusted = weights[:, i] * 256 + error
+        rounded = torch.round(adjusted)  # half to even, as cvRound
+        error = adjusted - rounded
+        quantised.append(rounded)
+    side = torch.stack(quantised, dim=1) if quantised else weights
+    side = side.to(torch.int32)
+    centre = 256 - 2 * side.sum(dim=1, keepdim=True, dtype=torch.int32)
+    return torch.cat([side, centre, side.flip(1)], dim=1)
+
+
+def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
+    """Source index of each padded position, OpenCV's BORDER_REFLECT_101
+    (``dcb|abcd|cba``)."""
+    if radius >= size:
+        raise ValueError(f'BatchGaussianBlur: an image side of {size} px is '
+                         f'too small for a kernel of half-width {radius}')
+    index = torch.arange(-radius, size + radius, device=device)
+    index = index.abs()
+    return torch.where(index >= size, 2 * (size - 1) - index, index)
+
+
+def fixed_point_blur(images: torch.Tensor,
+                     kernels: torch.Tensor) -> torch.Tensor:
+    """Separable blur of a batch, one integer kernel (sum 256) per sample,
+    computed as OpenCV's fixed point: the exact integer sums, rounded once.
+
+    The sums run in float32, which holds them exactly: every product and
+    partial sum is a non-negative integer below ``255 * 256 * 256 < 2^24``,
+    so neither the summation order nor fused multiply-adds can change a
+    bit, on any device.
+
+    Args:
+        images (Tensor): float32 ``B x C x H x W`` holding uint8 values.
+        kernels (Tensor): integer ``B x (2 r + 1)``.
+
+    Returns:
+        Tensor: float32, the blurred uint8 values.
+    """
+    radius = kernels.shape[1] // 2
+    height, width = images.shape[-2:]
+    weights = kernels.to(torch.float32).view(kernels.shape[0], 1, 1, 1, -1)
+    padded = images.to(torch.float32).index_select(
+        3, _reflect_101(width, radius, images.device))
+    rows = padded[..., 0:width] * weights[..., 0]
+    for j in range(1, 2 * radius + 1):
+        rows.addcmul_(padded[..., j:j + width], weights[..., j])
+    padded = rows.index_select(2, _reflect_101(height, radius, images.device))
+    cols = padded[..., 0:height, :] * weights[..., 0]
+    for j in range(1, 2 * radius + 1):
+        cols.addcmul_(padded[..., j:j + height, :], weights[..., j])
+    # (v + 2^15) >> 16: adding and scaling by a power of 2 are exact
+    return cols.add_(1 << 15).mul_(1 / 65536).floor_().clamp_(max=255)
+
+
+class BatchGaussianBlur:
+    """mmpretrain's ``GaussianBlur`` on a batch: with probability ``prob``
+    a sample is blurred with sigma drawn uniformly from ``sigma_range``
+    (a fixed sigma when both ends are equal).
+
+    Args:
+        sigma_range (tuple): ``(min, max)`` of sigma, > 0.
+        prob (float): Probability of blurring a sample.
+    """
+
+    def __init__(self, sigma_range: Tuple[float, float], prob: float) -> None:
+        low, high = (float(s) for s in sigma_range)
+        if not 0 < low <= high:
+            raise ValueError('BatchGaussianBlur: sigma_range must satisfy '
+                             f'0 < min <= max, got {sigma_range}')
+        self.sigma_range = (low, high)
+        self.prob = float(prob)
+        self.max_radius = kernel_radius(high)
+
+    def sample(self, num: int, generator: torch.Generator,
+               device: torch.device) -> Dict[str, torch.Tensor]:
+        """Draw ``apply`` (bool) and ``sigma`` (float64) per sample."""
+
+        def uniform():
+            return torch.rand(
+                num, generator=generator, device=device, dtype=torch.float64)
+
+        low, high = self.sigma_range
+        return dict(
+            apply=uniform() < self.prob, sigma=low + (high - low) * uniform())
+
+    def __call__(self, images: torch.Tensor,
+                 params: Dict[str, torch.Tensor]) -> torch.Tensor:
+        sigma = torch.where(params['apply'], params['sigma'],
+                            torch.zeros_like(params['sigma']))
+        return fixed_point_blur(images,
+                                fixed_point_kernels(sigma, self.max_radius))

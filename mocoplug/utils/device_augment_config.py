@@ -1,0 +1,78 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Switch a pretraining config between the per-image augmentation and the
+device augmentation path, in code (the ``*_device-aug.py`` /
+``*_device-decode.py`` configs are the same switch written as configs)."""
+from mmengine.config import Config, ConfigDict
+
+LOADERS = ('LoadImageFromFile', 'CheckedLoadImageFromFile')
+PREPROCESSOR = 'mocoplug.DeviceAugmentDataPreprocessor'
+
+
+def _fail(problem: str):
+    raise ValueError(f'use_device_augmentation: {problem}')
+
+
+def use_device_augmentation(cfg: Config,
+                            decode_on_device: bool = False) -> Config:
+    """Move the photometric steps of ``cfg``'s views to the model's device.
+
+    The ``MultiView`` step of ``train_dataloader.dataset.pipeline`` becomes
+    :class:`~mocoplug.datasets.transforms.GeometricMultiView` (same views)
+    and the data preprocessor (``data_preprocessor`` and, when set,
+    ``model.data_preprocessor``) becomes
+    :class:`~mocoplug.models.DeviceAugmentDataPreprocessor` with the same
+    views and the same mean, std and channel order. With
+    ``decode_on_device`` the pipeline must be ``[loader, MultiView,
+    PackInputs]`` and becomes ``[LoadImageBytes, CropBoxMultiView,
+    PackEncodedViews]``: the workers only read the files.
+
+    Args:
+        cfg (Config): A pretraining config (changed in place).
+        decode_on_device (bool): Also decode and crop on the device.
+
+    Returns:
+        Config: ``cfg``.
+    """
+    # (imported here: mocoplug.utils is imported before mocoplug.datasets)
+    from mocoplug.datasets.transforms import view_pipeline_split
+    transform_name = view_pipeline_split.transform_name
+    pipeline = list(cfg.train_dataloader.dataset.get('pipeline', []))
+    names = [transform_name(t) for t in pipeline]
+    if names.count('MultiView') != 1:
+        _fail('train_dataloader.dataset.pipeline needs exactly one '
+              f'MultiView step, got {names}')
+    index = names.index('MultiView')
+    views = dict(
+        num_views=pipeline[index]['num_views'],
+        transforms=pipeline[index]['transforms'])
+    if decode_on_device:
+        if len(names) != 3 or names[0] not in LOADERS or names[2] not in (
+                'PackInputs', ):
+            _fail('decode_on_device needs the pipeline [LoadImageFromFile '
+                  f'or CheckedLoadImageFromFile, MultiView, PackInputs], '
+                  f'got {names}')
+        load = dict(type='mocoplug.LoadImageBytes')
+        if pipeline[0].get('backend_args') is not None:
+            load['backend_args'] = pipeline[0]['backend_args']
+        pipeline = [
+            load,
+            dict(type='mocoplug.CropBoxMultiView', **views),
+            dict(type='mocoplug.PackEncodedViews'),
+        ]
+    else:
+        pipeline[index] = dict(type='mocoplug.GeometricMultiView', **views)
+    cfg.train_dataloader.dataset.pipeline = pipeline
+
+    old = dict(cfg.get('data_preprocessor') or {})
+    old.update(cfg.model.get('data_preprocessor') or {})
+    if transform_name(old.get('type', 'SelfSupDataPreprocessor')) not in (
+            'SelfSupDataPreprocessor', 'DeviceAugmentDataPreprocessor'):
+        _fail(f'the data preprocessor {old["type"]} is not mmpretrain\'s '
+              'SelfSupDataPreprocessor, which the device path extends')
+    new = {k: v for k, v in old.items() if k not in ('type', '_scope_')}
+    new.update(views)
+    new = ConfigDict(type=PREPROCESSOR, **new)
+    cfg.data_preprocessor = new
+    if 'data_preprocessor' in cfg.model:
+        cfg.model.data_preprocessor = new
+    return cfg
