@@ -203,7 +203,7 @@ if ((!WITH_OPS)); then
     if mmcv_ops_load; then
       say "4/5 mmcv $MMCV_VERSION with ops already installed (a superset of mmcv-lite: kept)"
     else
-      say "4/5 mmcv $MMCV_VERSION already installed (kept; its ops do not load, which only detection needs: $0 --with-ops rebuilds them)"
+      say "4/5 mmcv $MMCV_VERSION already installed (kept; its ops do not load, which only detection needs: bash $0 --with-ops rebuilds them)"
     fi
   elif [[ $dists == "mmcv-lite==$MMCV_VERSION" ]] && mmcv_imports; then
     say "4/5 mmcv-lite $MMCV_VERSION already installed"
@@ -299,5 +299,5 @@ stamp_of >"$STAMP"
 if mmcv_ops_load; then flavour="mmcv $MMCV_VERSION with ops"; else flavour="mmcv-lite $MMCV_VERSION"; fi
 say "done: $("$VPY" -c 'import torch, mmengine, mmpretrain, mmdet; print(f"torch {torch.__version__}, mmengine {mmengine.__version__}, mmpretrain {mmpretrain.__version__}, mmdet {mmdet.__version__}")'), $flavour"
 if ! mmcv_ops_load; then
-  say "detection (configs/detection) needs mmcv's compiled ops: make setup-full (or $0 --with-ops) swaps them in"
+  say "detection (configs/detection) needs mmcv's compiled ops: make setup-full (or bash $0 --with-ops) swaps them in"
 fi
