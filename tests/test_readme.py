@@ -34,10 +34,17 @@ def test_quick_start_is_two_make_commands():
 
 
 def make_commands(target: str) -> list:
-    """The commands `make TARGET` would run (make -n prints, runs none)."""
-    out = subprocess.run(['make', '-n', '-C', ROOT, 'VENV=.venv', target],
+    """The commands `make TARGET` would run (make -n prints, runs none),
+    as from a fresh shell: not the flags of a `make test` running us."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL', 'VENV')
+    }
+    out = subprocess.run(['make', '-n', '-C', ROOT, target],
                          capture_output=True,
                          text=True,
+                         env=env,
                          check=True)
     return [
         line for line in out.stdout.splitlines()
