@@ -296,8 +296,16 @@ run_logged "$LOGS/5-mocoplug.log" "${PIP[@]}" --no-build-isolation --no-deps -e 
 
 stack_ok || fail "the installed stack does not import (run $VPY -c 'import mocoplug')" "rm -f '$STAMP' && $SELF"
 stamp_of >"$STAMP"
-if mmcv_ops_load; then flavour="mmcv $MMCV_VERSION with ops"; else flavour="mmcv-lite $MMCV_VERSION"; fi
+ops=0
+if ((WITH_OPS)) || mmcv_ops_load; then ops=1; fi  # stack_ok checked them
+if ((ops)); then
+  flavour="mmcv $MMCV_VERSION with ops"
+elif [[ $(mmcv_dists) == mmcv-lite==* ]]; then
+  flavour="mmcv-lite $MMCV_VERSION"
+else
+  flavour="mmcv $MMCV_VERSION (its ops do not load)"
+fi
 say "done: $("$VPY" -c 'import torch, mmengine, mmpretrain, mmdet; print(f"torch {torch.__version__}, mmengine {mmengine.__version__}, mmpretrain {mmpretrain.__version__}, mmdet {mmdet.__version__}")'), $flavour"
-if ! mmcv_ops_load; then
+if ((!ops)); then
   say "detection (configs/detection) needs mmcv's compiled ops: make setup-full (or bash $0 --with-ops) swaps them in"
 fi
