@@ -1,19 +1,26 @@
 # mocoplug: two commands on a fresh machine (see README.md).
 #   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
-#   make test   set up (if needed), then run the test suite
+#   make test   set up with mmcv's ops (if needed), then run the test suite
+# The set-up installs mmcv-lite (no compile), enough for pretraining,
+# evaluation and the demo; `make setup-full` swaps in mmcv with its compiled
+# ops, which detection and the tests need (a wheel from PIP_FIND_LINKS or the
+# cache, else a one-time compile). See tools/setup_env.sh.
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup demo test clean
+.PHONY: setup setup-full demo test clean
 
 setup:
 	bash tools/setup_env.sh
 
+setup-full:
+	bash tools/setup_env.sh --with-ops
+
 demo: setup
 	$(PYTHON) tools/demo.py
 
-test: setup
+test: setup-full
 	$(PYTHON) -m pytest tests
 
 clean:

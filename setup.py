@@ -91,8 +91,11 @@ if __name__ == '__main__':
             ]
         },
         install_requires=parse_requirements('requirements/runtime.txt'),
+        # mmcv is one of two distributions (see requirements/runtime.txt)
         extras_require={
             'tests': parse_requirements('requirements/tests.txt'),
+            'lite': parse_requirements('requirements/lite.txt'),
+            'detection': parse_requirements('requirements/detection.txt'),
         },
         classifiers=[
             'Programming Language :: Python :: 3',

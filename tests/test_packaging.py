@@ -31,6 +31,7 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
                  'mocoplug/.mim/tools/train.py',
                  'mocoplug/.mim/tools/dist_train.sh'):
         assert name in names, name
+    assert_mmcv_is_an_extra(wheel)
     site = tmp_path / 'site'
     subprocess.run([
         sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--target',
@@ -55,3 +56,34 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
         text=True,
         check=True)
     assert out.stdout.strip().endswith('ok')
+
+
+def assert_mmcv_is_an_extra(wheel) -> None:
+    """mmcv comes as mmcv-lite (pretraining, evaluation) or as mmcv with
+    compiled ops (detection), both imported as `mmcv`; pip cannot require
+    one of two, so neither is unconditional (as in mmpretrain and mmdet)
+    and each is an extra with mmdet 3.3's range (mmcv < 2.2)."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(
+            next(name for name in archive.namelist()
+                 if name.endswith('.dist-info/METADATA'))).decode()
+    requires = [
+        Requirement(line.split(':', 1)[1].strip())
+        for line in metadata.splitlines() if line.startswith('Requires-Dist:')
+    ]
+    unconditional = {r.name for r in requires if r.marker is None}
+    assert {'mmengine', 'mmpretrain', 'mmdet'} <= unconditional
+    assert not {'mmcv', 'mmcv-lite'} & unconditional
+
+    def extra(name: str) -> dict:
+        return {
+            r.name: r.specifier
+            for r in requires
+            if r.marker is not None and r.marker.evaluate({'extra': name})
+        }
+
+    for name, dist in (('lite', 'mmcv-lite'), ('detection', 'mmcv')):
+        specifier = extra(name)[dist]
+        assert '2.1.0' in specifier and '2.2.0' not in specifier, specifier

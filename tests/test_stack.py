@@ -1,6 +1,13 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Smoke test of the installed stack: compiled mmcv ops, the OpenMMLab
-packages, and mmengine checkpoints under torch >= 2.6."""
+packages, and mmengine checkpoints under torch >= 2.6; and that
+pretraining and evaluation, which `make demo` runs on mmcv-lite, need none
+of mmcv's compiled ops."""
+import os
+import subprocess
+import sys
+from importlib import metadata
+
 import mmcv
 import mmdet
 import mmengine
@@ -17,6 +24,58 @@ def test_versions_are_the_tested_stack():
     assert mmpretrain.__version__ == '1.2.0'
     assert mmdet.__version__ == '3.3.0'
     assert mocoplug.__version__
+
+
+def test_mmcv_with_ops_replaced_mmcv_lite():
+    """`make test` (tools/setup_env.sh --with-ops) uninstalls mmcv-lite
+    before installing mmcv: both write the same files under mmcv/, so
+    having both would leave a tree mixed from the two."""
+    assert metadata.version('mmcv') == '2.1.0'
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version('mmcv-lite')
+
+
+def test_pretraining_and_knn_run_without_mmcv_ops(tmp_path):
+    """The demo's config trains and runs its kNN monitor in a process where
+    mmcv's compiled ops cannot load. mmcv-lite is mmcv's Python code without
+    the extension module mmcv._ext (mmcv's op loader imports exactly that),
+    so a None entry for it in sys.modules is mmcv-lite to every import."""
+    config = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
+        'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    script = f"""
+import math, sys
+sys.modules['mmcv._ext'] = None
+import mocoplug
+from mmengine.config import Config
+from mmengine.runner import Runner
+cfg = Config.fromfile({config!r})
+cfg.work_dir = {str(tmp_path)!r}
+cfg.log_level = 'WARNING'
+cfg.train_dataloader.dataset.indices = 16
+cfg.train_dataloader.batch_size = 8
+cfg.train_cfg.max_epochs = 1
+knn = cfg.custom_hooks[1]
+assert knn.type == 'KNNMonitorHook'
+knn.topk = (5, )
+for loader in (knn.memory_dataloader, knn.query_dataloader):
+    loader.dataset.indices = 16
+runner = Runner.from_cfg(cfg)
+runner.train()
+loss = runner.message_hub.get_scalar('train/loss').current()
+assert math.isfinite(loss), loss
+knn_hook, = [h for h in runner.hooks if type(h).__name__ == 'KNNMonitorHook']
+assert list(knn_hook.last_metrics) == ['top1_k5'], knn_hook.last_metrics
+assert 0 <= knn_hook.last_metrics['top1_k5'] <= 100
+assert 'mmcv.ops' not in sys.modules
+assert 'mocoplug.detection' not in sys.modules
+print('ok')
+"""
+    out = subprocess.run([sys.executable, '-c', script],
+                         capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith('ok')
 
 
 def test_mmcv_nms_op():
