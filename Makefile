@@ -1,6 +1,7 @@
 # mocoplug: two commands on a fresh machine (see README.md).
 #   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
 #   make test   set up with mmcv's ops (if needed), then run the test suite
+#   make lint   flake8, isort and yapf as configured in setup.cfg (CI runs it)
 # The set-up installs mmcv-lite (no compile), enough for pretraining,
 # evaluation and the demo; `make setup-full` swaps in mmcv with its compiled
 # ops, which detection and the tests need (a wheel from PIP_FIND_LINKS or the
@@ -9,7 +10,9 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup setup-full demo test clean
+.PHONY: setup setup-full demo test lint clean
+
+LINT_PATHS := mocoplug tests tools configs setup.py
 
 setup:
 	bash tools/setup_env.sh
@@ -22,6 +25,13 @@ demo: setup
 
 test: setup-full
 	$(PYTHON) -m pytest tests
+
+# the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i
+# LINT_PATHS` fix what they report
+lint:
+	$(PYTHON) -m flake8 $(LINT_PATHS)
+	$(PYTHON) -m isort --check-only --diff $(LINT_PATHS)
+	$(PYTHON) -m yapf -r -d $(LINT_PATHS)
 
 clean:
 	rm -rf work_dirs .pytest_cache
