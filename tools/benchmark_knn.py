@@ -5,7 +5,7 @@ A memory of ``--bank`` features of ``--dim`` channels (ImageNet-1k's train
 split: 1,281,167 x 2048 after a ResNet-50) with labels of ``--classes``
 classes, ``--queries`` query features (its val split: 50,000), the top-1
 for every k of ``--topk``: the computation ``KNNMonitorHook`` and
-``tools/knn_eval.py`` run
+``tools/analysis_tools/knn_eval.py`` run
 (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`), in one
 process on ``--device``. Prints and writes (``--json``) the time, the
 queries per second, the peak memory above what the features themselves

@@ -39,7 +39,7 @@ class MoCoPretrainedInit(PretrainedInit):
 
     Tensors are taken from the keys under ``prefix`` (``'backbone.'``:
     mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints and
-    ``tools/extract_backbone.py``'s output; ``'module.encoder_q.'`` for the
+    ``tools/model_converters/extract_backbone.py``'s output; ``'module.encoder_q.'`` for the
     official MoCo checkpoints), so the momentum encoder
     (``momentum_encoder.*``) is never read. The same checkpoint can
     initialise several modules: a C4 detector's backbone (stages 1-4) and

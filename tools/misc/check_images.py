@@ -10,8 +10,8 @@ decode, 1 if any does not, 2 on a usage error.
 
 Examples::
 
-    python tools/check_images.py data/unlabeled_images
-    python tools/check_images.py data/unlabeled_images --workers 16 \\
+    python tools/misc/check_images.py data/unlabeled_images
+    python tools/misc/check_images.py data/unlabeled_images --workers 16 \\
         --out bad.txt            # then e.g.: cut -f1 bad.txt | xargs rm
 """
 import argparse

@@ -36,7 +36,7 @@ def test_series_extracts_values_per_step(tmp_path):
 
 def test_tool_writes_one_png_per_metric(tmp_path, load_tool):
     write_scalars(tmp_path)
-    written = load_tool('plot_curves').main(
+    written = load_tool('analysis_tools/plot_curves').main(
         [str(tmp_path), '--out', str(tmp_path / 'png')])
     names = sorted(p.rsplit('/', 1)[-1] for p in written)
     assert names == [
@@ -49,7 +49,7 @@ def test_tool_writes_one_png_per_metric(tmp_path, load_tool):
 
 def test_missing_log_is_a_clear_error(tmp_path, load_tool):
     with pytest.raises(FileNotFoundError, match='scalars.json'):
-        load_tool('plot_curves').main([str(tmp_path)])
+        load_tool('analysis_tools/plot_curves').main([str(tmp_path)])
 
 
 def test_health_figures_are_drawn(tmp_path, load_tool):
@@ -78,7 +78,7 @@ def test_health_figures_are_drawn(tmp_path, load_tool):
                        ]
     assert panel_lines({'': records},
                        ('health/std', )) == [('', [10, 20], [0.1, 0.2])]
-    written = load_tool('plot_curves').main(
+    written = load_tool('analysis_tools/plot_curves').main(
         [str(tmp_path), '--out', str(tmp_path / 'png')])
     names = sorted(p.rsplit('/', 1)[-1] for p in written)
     assert names == [

@@ -6,14 +6,14 @@ mocoplug's Pretrained initialiser), `knn_memory_dataloader`,
 `knn_query_dataloader` and `knn = dict(topk=..., temperature=...)`; see
 configs/benchmarks/knn_*.py.
 
-    python tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT
-    torchrun --nproc_per_node 8 tools/knn_eval.py CONFIG CKPT \\
+    python tools/analysis_tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT
+    torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \\
         --launcher pytorch
 
 Your own labelled images (mmpretrain CustomDataset layout, one sub-folder
 per class) instead of the config's data, with the config's test pipeline:
 
-    python tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT \\
+    python tools/analysis_tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT \\
         --data-root /path/to/folder
 
 With FOLDER/train/<class>/* and FOLDER/val/<class>/*, the train images are

@@ -7,6 +7,8 @@ import torchvision
 
 from mocoplug.models import MoCo
 
+EXTRACT = 'model_converters/extract_backbone'
+
 
 @pytest.fixture(scope='module')
 def r18_moco_checkpoint(tmp_path_factory):
@@ -34,7 +36,7 @@ def test_mmpretrain_format_keeps_backbone_keys_of_the_query_encoder(
         tmp_path, load_tool, r18_moco_checkpoint):
     path, model = r18_moco_checkpoint
     out = tmp_path / 'r18.pth'
-    load_tool('extract_backbone').main([path, str(out)])
+    load_tool(EXTRACT).main([path, str(out)])
     state = torch.load(out)['state_dict']
     assert set(state) == {f'backbone.{k}' for k in model.backbone.state_dict()}
     for k, v in model.backbone.state_dict().items():
@@ -45,8 +47,7 @@ def test_torchvision_format_loads_into_resnet18(tmp_path, load_tool,
                                                 r18_moco_checkpoint):
     path, model = r18_moco_checkpoint
     out = tmp_path / 'tv.pth'
-    load_tool('extract_backbone').main(
-        [path, str(out), '--format', 'torchvision'])
+    load_tool(EXTRACT).main([path, str(out), '--format', 'torchvision'])
     net = torchvision.models.resnet18()
     result = net.load_state_dict(torch.load(out), strict=False)
     assert sorted(result.missing_keys) == ['fc.bias', 'fc.weight']
@@ -58,8 +59,7 @@ def test_torchvision_format_loads_into_resnet18(tmp_path, load_tool,
 def test_detectron2_format_names(tmp_path, load_tool, r18_moco_checkpoint):
     path, model = r18_moco_checkpoint
     out = tmp_path / 'd2.pkl'
-    load_tool('extract_backbone').main(
-        [path, str(out), '--format', 'detectron2'])
+    load_tool(EXTRACT).main([path, str(out), '--format', 'detectron2'])
     with open(out, 'rb') as f:
         d2 = pickle.load(f)
     assert d2['matching_heuristics'] is True
@@ -81,7 +81,7 @@ def test_official_prefix_drops_the_mlp_head(tmp_path, load_tool):
     }
     src, out = tmp_path / 'official.pth.tar', tmp_path / 'out.pth'
     torch.save(dict(state_dict=state, arch='resnet50'), src)
-    backbone = load_tool('extract_backbone').main([str(src), str(out)])
+    backbone = load_tool(EXTRACT).main([str(src), str(out)])
     assert list(backbone) == ['conv1.weight']
     assert torch.equal(backbone['conv1.weight'], torch.ones(2))
 
@@ -91,4 +91,4 @@ def test_checkpoint_without_query_encoder_is_refused(tmp_path, load_tool):
     torch.save(
         dict(state_dict={'momentum_encoder.backbone.w': torch.ones(1)}), src)
     with pytest.raises(ValueError, match='No query-encoder weights'):
-        load_tool('extract_backbone').main([str(src), str(tmp_path / 'o')])
+        load_tool(EXTRACT).main([str(src), str(tmp_path / 'o')])

@@ -1,12 +1,12 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import pytest
 
-from ..datasets.image_files import BROKEN, write_images
+from ...datasets.image_files import BROKEN, write_images
 
 
 @pytest.fixture
 def check_images(load_tool):
-    return load_tool('check_images').main
+    return load_tool('misc/check_images').main
 
 
 def test_lists_every_unreadable_file(check_images, tmp_path, capsys):

@@ -16,13 +16,9 @@ only (as the real VOC2012, whose test annotations are not public). Every
 shape is drawn from its polygon (an ellipse is a 32-gon), so the COCO
 polygon is exactly the drawn region and the boxes are the polygon's bounds.
 Shapes never overlap. The output depends only on the arguments: the same
-seed gives the same files, with no download.
-
-Example::
-
-    python tools/make_tiny_detection_data.py data/tiny --seed 0
+seed gives the same files, with no download. Used by the detection tests
+(the ``tiny_det_data`` fixture of ``tests/detection/conftest.py``).
 """
-import argparse
 import json
 import math
 import os
@@ -292,35 +288,3 @@ def make_tiny_detection_data(out_dir: str,
         coco_root=coco_root + os.sep,
         coco_train_ann=train_ann,
         coco_val_ann=val_ann)
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description='Write a tiny VOC-format and COCO-format detection '
-        'dataset of drawn shapes')
-    parser.add_argument('out_dir', help='output directory')
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--num-train', type=int, default=4)
-    parser.add_argument('--num-test', type=int, default=3)
-    parser.add_argument(
-        '--img-size', type=int, nargs=2, default=(96, 64), metavar=('W', 'H'))
-    parser.add_argument('--max-objects', type=int, default=3)
-    return parser.parse_args(argv)
-
-
-def main(argv=None) -> Dict[str, str]:
-    args = parse_args(argv)
-    paths = make_tiny_detection_data(
-        args.out_dir,
-        seed=args.seed,
-        num_train=args.num_train,
-        num_test=args.num_test,
-        img_size=tuple(args.img_size),
-        max_objects=args.max_objects)
-    for name, path in paths.items():
-        print(f'{name}: {path}')
-    return paths
-
-
-if __name__ == '__main__':
-    main()
