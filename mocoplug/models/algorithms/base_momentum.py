@@ -43,7 +43,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         channels_last (bool): Keep the 4-D weights of both backbones and the
             input views in the channels-last memory format (faster
             convolutions on recent GPUs, and with oneDNN on CPU; measure
-            with ``tools/benchmark.py``). Defaults to False.
+            with ``tools/benchmarks/benchmark.py train``). Defaults to
+            False.
     """
 
     def __init__(self,

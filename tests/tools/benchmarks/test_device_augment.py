@@ -2,8 +2,9 @@
 from types import SimpleNamespace
 
 
-def test_resnet18_folder_runs_differ_only_in_the_augmentation_path(load_tool):
-    bench = load_tool('benchmark_device_augment')
+def test_resnet18_folder_runs_differ_only_in_the_augmentation_path(
+        benchmark_command):
+    bench = benchmark_command('device-augment')
     cfgs = {
         path: bench.resnet18_folder_cfg(path, '/data', 32)
         for path in ('per-image', 'device-aug', 'device-decode')
@@ -35,8 +36,9 @@ def test_resnet18_folder_runs_differ_only_in_the_augmentation_path(load_tool):
         assert cfg.data_preprocessor.type == expected
 
 
-def test_throughput_clock_starts_after_the_warmup_iterations(load_tool):
-    bench = load_tool('benchmark_device_augment')
+def test_throughput_clock_starts_after_the_warmup_iterations(
+        benchmark_command):
+    bench = benchmark_command('device-augment')
     clock = bench.Throughput(warmup=2)
     stamps = []
     for it in range(5):

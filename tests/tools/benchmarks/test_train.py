@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""tools/benchmark.py compares like with like: mocoplug's step, mmpretrain's
+"""benchmark.py train compares like with like: mocoplug's step, mmpretrain's
 and the floor start from the same weights and, over the same batches, end
 with the same weights and the same queue (up to float round-off)."""
 import pytest
@@ -14,8 +14,8 @@ def _params(module, prefix):
 
 
 @pytest.mark.parametrize('algo', ['mocov2', 'mocov3'])
-def test_the_three_steps_compute_the_same_thing(load_tool, algo):
-    bench = load_tool('benchmark')
+def test_the_three_steps_compute_the_same_thing(benchmark_command, algo):
+    bench = benchmark_command('train')
     args = bench.parse_args([
         '--backbone', 'resnet18', '--img-size', '32', '--batch', '8',
         '--queue-size', '32', '--device', 'cpu', '--algos', algo,
@@ -23,8 +23,8 @@ def test_the_three_steps_compute_the_same_thing(load_tool, algo):
     ])
     funcs, _ = bench.step_functions(args, algo,
                                     None if algo == 'mocov3' else 32)
-    ours, theirs, floor = (funcs[name].model
-                           for name in ('ours', 'mmpretrain', 'floor'))
+    ours, theirs, floor = (
+        funcs[name].model for name in ('ours', 'mmpretrain', 'floor'))
     before = _params(ours, 'backbone.')
     for raw in bench.make_batches(args, count=3):
         for name in ('ours', 'mmpretrain', 'floor'):

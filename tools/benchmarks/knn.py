@@ -13,21 +13,19 @@ take, and, with ``--project-queries``, the time that many queries would take
 (the work is linear in the queries).
 
     # ImageNet size on a GPU (10.5 GB of float32 memory features)
-    python tools/benchmark_knn.py --device cuda
+    python tools/benchmarks/benchmark.py knn --device cuda
     # on a CPU with 24 GB: float16 memory (5.2 GB), 1000 queries, projected
-    python tools/benchmark_knn.py --device cpu --bank-dtype float16 \\
-        --queries 1000 --project-queries 50000
+    python tools/benchmarks/benchmark.py knn --device cpu \\
+        --bank-dtype float16 --queries 1000 --project-queries 50000
     # the previous computation (a similarity matrix per k, the memory cast
     # to float32 whole) on a smaller memory, for comparison
-    python tools/benchmark_knn.py --bank 200000 --queries 2000 --baseline
+    python tools/benchmarks/benchmark.py knn --bank 200000 --queries 2000 \\
+        --baseline
 
 Random features have no neighbours worth the name, so the accuracy is that
 of chance; the figures here are time and memory.
 """
 import argparse
-import json
-import os
-import platform
 import threading
 import time
 from typing import Dict, Optional
@@ -36,12 +34,14 @@ import torch
 
 from mocoplug.evaluation import (FeatureShard, sharded_weighted_knn_accuracy,
                                  weighted_knn_scores)
+from .common import machine, rss_bytes, synchronize, write_json
 
 IMAGENET_TRAIN, IMAGENET_VAL = 1281167, 50000
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py knn', description=__doc__.split('\n')[0])
     parser.add_argument('--bank', type=int, default=IMAGENET_TRAIN)
     parser.add_argument('--queries', type=int, default=IMAGENET_VAL)
     parser.add_argument('--dim', type=int, default=2048)
@@ -85,10 +85,7 @@ def random_features(rows: int, dim: int, dtype: torch.dtype, device: str,
 
 
 def rss_mib() -> float:
-    """Resident memory of this process now (Linux), MiB."""
-    with open('/proc/self/statm') as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf('SC_PAGE_SIZE') / 2**20
+    return rss_bytes() / 2**20
 
 
 class PeakMemory:
@@ -143,19 +140,9 @@ def timed(fn, device: str):
     with PeakMemory(device) as memory:
         start = time.perf_counter()
         result = fn()
-        if device == 'cuda':
-            torch.cuda.synchronize()
+        synchronize(device)
         seconds = time.perf_counter() - start
     return result, seconds, memory.extra_mib
-
-
-def machine(device: str) -> str:
-    if device == 'cuda':
-        return torch.cuda.get_device_name()
-    load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
-    return (f'CPU {platform.processor() or platform.machine()}, '
-            f'{os.cpu_count()} cores, {torch.get_num_threads()} torch '
-            f'threads, load average {load:.2f}')
 
 
 def main(argv=None) -> Dict:
@@ -213,10 +200,7 @@ def main(argv=None) -> Dict:
             peak_extra_mib=round(extra, 1),
             accuracy=accuracy)
     print_result(result)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'wrote {args.json}')
+    write_json(result, args.json)
     return result
 
 

@@ -16,7 +16,7 @@ data-loader worker), on the same JPEG files:
 - device-aug: the worker's share of the device augmentation path
   (``--device-config``, the MoCo v2 ``_device-aug`` config): decode, crop,
   flip; the colour jitter, grayscale and blur run batched in the data
-  preprocessor (their cost: ``tools/benchmark_device_augment.py``);
+  preprocessor (their cost: ``benchmark.py device-augment``);
 - device-decode: the worker's share when decoding on the device too
   (``--decode-config``): read the file and draw the crop boxes.
 
@@ -33,16 +33,14 @@ Without ``--data-dir`` it writes JPEGs at ImageNet-like sizes (about
 500 x 375, quality 90) cut from the two real photographs scikit-learn
 ships (nothing is downloaded).
 
-    python tools/benchmark_pipeline.py [--num-images 32] [--rounds 7] \\
-        [--config CONFIG] [--device-config CONFIG] [--decode-config CONFIG]
-        [--data-dir DIR] [--out results.json]
+    python tools/benchmarks/benchmark.py pipeline [--num-images 32] \\
+        [--rounds 7] [--config CONFIG] [--device-config CONFIG] \\
+        [--decode-config CONFIG] [--data-dir DIR] [--out results.json]
 """
 import argparse
 import io
-import json
 import os
 import os.path as osp
-import platform
 import random
 import statistics
 import tempfile
@@ -63,13 +61,13 @@ from mmengine.registry import DefaultScope
 from PIL import Image, ImageFilter
 
 import mocoplug  # noqa: F401  (registers the transforms, patches mmcv)
+from .common import CONFIGS, cpu_name, load_average, write_json
 
 warnings.filterwarnings('ignore', message="Only use 'alpha'")
 
 MMPRETRAIN_BASE = osp.join(
     osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_', 'datasets',
     'imagenet_bs32_mocov2.py')
-CONFIGS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 DEFAULT_CONFIG = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k.py')
 DEVICE_CONFIG = osp.join(CONFIGS,
                          'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
@@ -152,16 +150,13 @@ def build(pipeline: List[dict]) -> Compose:
         return Compose(pipeline)
 
 
-def median_ms(times: List[float]) -> float:
+def rounded_median_ms(times: List[float]) -> float:
     return round(statistics.median(times) * 1000, 3)
 
 
-def load_average() -> List[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py pipeline', description=__doc__.split('\n')[0])
     parser.add_argument(
         '--config',
         default=DEFAULT_CONFIG,
@@ -268,8 +263,8 @@ def main(argv=None):
     # CPU time of this (single-threaded) process: what one worker costs on
     # a core of its own, and much less disturbed than wall time when other
     # processes share the cores
-    ms = {name: median_ms(t) for name, t in cpu_times.items()}
-    wall_ms = {name: median_ms(t) for name, t in wall_times.items()}
+    ms = {name: rounded_median_ms(t) for name, t in cpu_times.items()}
+    wall_ms = {name: rounded_median_ms(t) for name, t in wall_times.items()}
     rows = []
     for name in ('official', 'mmpretrain', 'mocoplug', 'device-aug',
                  'device-decode'):
@@ -325,7 +320,7 @@ def main(argv=None):
           'device-aug leaves colour jitter, grayscale and blur to the data '
           'preprocessor; device-decode (decoder "header": read the file, '
           'parse its header) leaves decoding and cropping too (their cost '
-          'on the device: tools/benchmark_device_augment.py).')
+          'on the device: benchmark.py device-augment).')
 
     result = dict(
         config=osp.relpath(args.config),
@@ -338,7 +333,7 @@ def main(argv=None):
         threads=1,
         load_average_before=load_before,
         load_average_after=load_after,
-        cpu=platform.processor() or platform.machine(),
+        cpu=cpu_name(),
         versions=dict(
             torch=torch.__version__,
             torchvision=torchvision.__version__,
@@ -352,9 +347,7 @@ def main(argv=None):
         rows=rows)
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=2)
-        print(f'\nwrote {args.out}')
+    write_json(result, args.out, indent=2)
     if tmp is not None:
         tmp.cleanup()
     return result

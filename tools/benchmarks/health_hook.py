@@ -6,26 +6,28 @@ work on a checked iteration (measure + message hub + collapse check, the
 stash included) and on an unchecked one (its two hook calls), and prints
 them in ms (median of the repeats).
 
-    python tools/benchmark_health_hook.py
-    python tools/benchmark_health_hook.py CONFIG --steps 20
+    python tools/benchmarks/benchmark.py health-hook
+    python tools/benchmarks/benchmark.py health-hook CONFIG --steps 20
 """
 import argparse
 import statistics
 import tempfile
-import time
+from functools import partial
 
 import torch
 from mmengine.config import Config
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import RepresentationHealthHook
+from .common import median_ms, round_robin_ms
 
 DIGITS = 'configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py health-hook', description=__doc__.split('\n')[0])
     parser.add_argument('config', nargs='?', default=DIGITS)
     parser.add_argument(
         '--steps',
@@ -40,15 +42,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def median_ms(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
-
-
 def main(argv=None):
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
@@ -57,7 +50,7 @@ def main(argv=None):
     cfg.custom_hooks = [
         h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
     ]
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     hook = next(
         h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
     runner.train_loop  # builds the loop and the dataloader
@@ -73,14 +66,14 @@ def main(argv=None):
         model.stash_embeddings = stash
         model.train_step(batch, runner.optim_wrapper)
 
-    for _ in range(2):  # warm-up
-        step(True)
-    step_times = {False: [], True: []}
-    for _ in range(args.steps):  # alternate, so load drifts hit both
-        for stash in (False, True):
-            start = time.perf_counter()
-            step(stash)
-            step_times[stash].append(time.perf_counter() - start)
+    # alternate, so load drifts hit both
+    step_times = round_robin_ms(
+        {
+            False: partial(step, False),
+            True: partial(step, True)
+        },
+        repeats=args.steps,
+        warmup=2)
 
     check_idx = hook.interval - 1  # an iteration the hook checks
     assert hook.is_check_iter(runner, check_idx)
@@ -93,16 +86,16 @@ def main(argv=None):
 
     step(True)
     stash = model.stashed_embeddings
-    check = median_ms(checked, args.steps * 3)
+    check = median_ms(checked, repeats=args.steps * 3, warmup=0)
 
     def unchecked():
         hook.before_train_iter(runner, 0)
         hook.after_train_iter(runner, 0)
 
     assert not hook.is_check_iter(runner, 0)
-    idle = median_ms(unchecked, args.calls)
-    train = 1000 * statistics.median(step_times[False])
-    train_stash = 1000 * statistics.median(step_times[True])
+    idle = median_ms(unchecked, repeats=args.calls, warmup=0)
+    train = statistics.median(step_times[False])
+    train_stash = statistics.median(step_times[True])
     print(f'config: {args.config}')
     print(f'threads: {torch.get_num_threads()}, check every '
           f'{hook.interval} iterations')

@@ -3,8 +3,9 @@
 MoCo / MoCoV3 and against "the floor", a hand-written step that does only the
 method's math.
 
-    python tools/benchmark.py --backbone resnet18 --img-size 64 --batch 32 \\
-        --queue-size 4096 65536 --steps 10 --warmup 3 --json bench.json
+    python tools/benchmarks/benchmark.py train --backbone resnet18 \\
+        --img-size 64 --batch 32 --queue-size 4096 65536 --steps 10 \\
+        --warmup 3 --json bench.json
 
 All implementations live in ONE process, get the same weights and the same
 input batches, and are run round-robin, one step each in turn, after a
@@ -54,9 +55,6 @@ pieces (on CUDA, synchronize), so its total is slightly above the step.
 """
 import argparse
 import copy
-import json
-import os
-import platform
 import statistics
 import time
 from contextlib import nullcontext
@@ -75,6 +73,9 @@ from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
+from .common import load_average, machine, round_robin_ms
+from .common import synchronize as sync
+from .common import write_json
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
@@ -83,7 +84,8 @@ FEAT_DIM = dict(resnet18=512, resnet34=512, resnet50=2048, resnet101=2048)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py train', description=__doc__.split('\n')[0])
     parser.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
     parser.add_argument('--img-size', type=int, default=64)
     parser.add_argument('--batch', type=int, default=32)
@@ -400,11 +402,6 @@ class Amp:
 # ---------------------------------------------------------------- timing
 
 
-def sync(device: str) -> None:
-    if device == 'cuda':
-        torch.cuda.synchronize()
-
-
 def make_batches(args, count: int = 4) -> List[List[torch.Tensor]]:
     """A few batches of two uint8 views, as a dataloader would give."""
     gen = torch.Generator().manual_seed(args.seed)
@@ -466,21 +463,6 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     funcs = dict(ours=run_ours, mmpretrain=run_theirs, floor=run_floor)
     funcs = {name: funcs[name] for name in args.impls}
     return funcs, (ours, hook, wrappers['ours'], samples)
-
-
-def time_round_robin(funcs: Dict[str, Callable], batches, args):
-    """Median ms per step of each implementation, run in turn."""
-    times = {name: [] for name in funcs}
-    for i in range(args.warmup + args.steps):
-        raw = batches[i % len(batches)]
-        for name, fn in funcs.items():
-            sync(args.device)
-            start = time.perf_counter()
-            fn(raw)
-            sync(args.device)
-            if i >= args.warmup:
-                times[name].append((time.perf_counter() - start) * 1000)
-    return times
 
 
 def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
@@ -558,28 +540,21 @@ def _scaled(wrapper, loss):
 # ----------------------------------------------------------------- main
 
 
-def machine(args) -> str:
-    if args.device == 'cuda':
-        return torch.cuda.get_device_name()
-    load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
-    return (f'CPU {platform.processor() or platform.machine()}, '
-            f'{os.cpu_count()} cores, {torch.get_num_threads()} torch '
-            f'threads, load average {load:.2f} at start')
-
-
 def main(argv=None):
     args = parse_args(argv)
     # init_weights() logs one INFO block per parameter: keep the table legible
     MMLogger.get_instance('mocoplug_benchmark', log_level='WARNING')
     if args.threads:
         torch.set_num_threads(args.threads)
+    start_machine = machine(args.device)
     runs = []
     for algo in args.algos:
         sizes = [None] if algo == 'mocov3' else args.queue_size
         for size in sizes:
             funcs, ours_bundle = step_functions(args, algo, size)
             batches = make_batches(args)
-            times = time_round_robin(funcs, batches, args)
+            times = round_robin_ms(funcs, args.device, args.steps, args.warmup,
+                                   batches)
             run = dict(
                 algo=algo,
                 queue_size=size,
@@ -601,21 +576,17 @@ def main(argv=None):
                                                      args, algo)
             runs.append(run)
             print_run(run, args)
-    load_end = os.getloadavg()[0] if hasattr(os, 'getloadavg') else None
-    print_table(runs, args)
+    print_table(runs, args, start_machine)
     result = dict(
         config={
             k: v
             for k, v in vars(args).items()
         },
-        machine=machine(args),
-        load_average_end=load_end,
+        machine=start_machine,
+        load_average_end=load_average()[0],
         torch=torch.__version__,
         runs=runs)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(result, f, indent=1)
-        print(f'wrote {args.json}')
+    write_json(result, args.json)
     return result
 
 
@@ -639,14 +610,15 @@ OPTIMIZER_NOTE = dict(
     default='torch default for all three')
 
 
-def print_table(runs, args) -> None:
-    print(f'\n{machine(args)}; {args.backbone}, {args.img_size} px, batch '
-          f'{args.batch}, amp {args.amp}, channels_last '
-          f'{args.channels_last}, median of {args.steps} steps after '
-          f'{args.warmup} warm-up, round-robin, one process. Shuffle BN: '
-          'none in all (single process, see --help). SGD kernel: '
-          f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
-          '(median of the per-round ratios).')
+def print_table(runs, args, machine_at_start: str) -> None:
+    print(
+        f'\n{machine_at_start} at start; {args.backbone}, '
+        f'{args.img_size} px, batch {args.batch}, amp {args.amp}, '
+        f'channels_last {args.channels_last}, median of {args.steps} steps '
+        f'after {args.warmup} warm-up, round-robin, one process. Shuffle BN: '
+        'none in all (single process, see --help). SGD kernel: '
+        f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
+        '(median of the per-round ratios).')
     names = [n for n in ('ours', 'mmpretrain', 'floor') if n in args.impls]
     header = '| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)'
                                           for n in names)

@@ -5,12 +5,12 @@ multi-tensor (torch._foreach_*) kernels, against mmpretrain's LARS (a Python
 loop calling .item() twice per adapted parameter). On a GPU it also counts
 the host synchronisations of one step (torch.cuda.set_sync_debug_mode).
 
-    python tools/benchmark_lars.py [--device cuda] [--repeats 20]
+    python tools/benchmarks/benchmark.py lars [--device cuda] [--repeats 20]
 """
 import argparse
-import time
+import statistics
 import warnings
-from typing import Callable, Dict, List
+from typing import Callable, List
 
 import torch
 import torch.nn as nn
@@ -19,6 +19,7 @@ from mmpretrain.models import ResNet
 
 from mocoplug.engine.optimizers import MoCoV3LARS
 from mocoplug.models import MoCoProjectionNeck
+from .common import machine, round_robin_ms
 
 # configs/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
 LR, MOMENTUM, WEIGHT_DECAY = 9.6, 0.9, 1e-6
@@ -81,24 +82,6 @@ def mmpretrain_lars(params) -> torch.optim.Optimizer:
                 weight_decay=WEIGHT_DECAY)
 
 
-def timed(fns: Dict[str, Callable], device: str,
-          repeats: int) -> Dict[str, float]:
-    """Median wall time of each fn() in milliseconds, after 3 warm-up
-    rounds; the functions take turns, so a load that comes and goes on the
-    machine slows them alike."""
-    times = {name: [] for name in fns}
-    for _ in range(repeats + 3):
-        for name, fn in fns.items():
-            if device == 'cuda':
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            fn()
-            if device == 'cuda':
-                torch.cuda.synchronize()
-            times[name].append((time.perf_counter() - start) * 1000)
-    return {name: sorted(t[3:])[len(t[3:]) // 2] for name, t in times.items()}
-
-
 def host_syncs(fn: Callable) -> int:
     """The synchronisations of fn() that torch's CUDA sync debug mode
     reports (one warning each)."""
@@ -121,7 +104,8 @@ IMPLEMENTATIONS = {
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py lars', description=__doc__.split('\n')[0])
     parser.add_argument(
         '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     parser.add_argument('--repeats', type=int, default=20)
@@ -131,12 +115,12 @@ def main(argv=None):
         name: build(params_with_grads(args.device))
         for name, build in IMPLEMENTATIONS.items()
     }
-    medians = timed({
+    times = round_robin_ms({
         name: opt.step
         for name, opt in optimizers.items()
     }, args.device, args.repeats)
     results = {
-        name: (medians[name],
+        name: (statistics.median(times[name]),
                host_syncs(opt.step) if args.device == 'cuda' else None)
         for name, opt in optimizers.items()
     }
@@ -147,8 +131,7 @@ def main(argv=None):
     ]
     n = sum(p.numel() for p in params)
     adapted = sum(p.ndim > 1 for p in params)
-    where = torch.cuda.get_device_name() if args.device == 'cuda' else \
-        f'CPU, {torch.get_num_threads()} threads'
+    where = machine(args.device)
     print(f'one LARS step on MoCo v3 R50 + projector + predictor '
           f'({n / 1e6:.1f}M parameters in {len(params)} tensors, '
           f'{adapted} adapted) on {where}, torch {torch.__version__}:')

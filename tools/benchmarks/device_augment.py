@@ -15,57 +15,36 @@
    cut from scikit-learn's photos. Images/s over the iterations after the
    first ``--warmup`` ones.
 
-    python tools/benchmark_device_augment.py [--batches 32 256] \\
+    python tools/benchmarks/benchmark.py device-augment [--batches 32 256] \\
         [--rounds 3] [--threads 1] [--decode] [--e2e] [--iters 20] \\
         [--out results.json]
 """
 import argparse
-import json
 import os
 import os.path as osp
-import platform
-import statistics
-import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import List
 
 import torch
 from mmengine.config import Config
 from mmengine.dataset import default_collate
 from mmengine.hooks import Hook
-from mmengine.registry import DefaultScope
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS, DefaultScope
 
 import mocoplug  # noqa: F401  (registers everything)
 from mocoplug.registry import MODELS, TRANSFORMS
 from mocoplug.utils import use_device_augmentation
+from .common import (CONFIGS, cpu_name, load_average, markdown_table,
+                     median_ms, write_json)
+from .pipeline import make_images
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from benchmark_pipeline import make_images  # noqa: E402
-
-CONFIGS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
 V2_DEVICE = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
 V2_DECODE = osp.join(CONFIGS,
                      'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
 DIGITS = osp.join(CONFIGS,
                   'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 FOLDER = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_folder.py')
-
-
-def timed(fn: Callable, device: torch.device, rounds: int) -> float:
-    """Median seconds of ``fn()`` over ``rounds`` after one warm-up."""
-    times = []
-    for r in range(rounds + 1):
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
-        if r:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def build_preprocessor(config: str, device: torch.device):
@@ -90,8 +69,11 @@ def batched_costs(batches: List[int], devices: List[torch.device],
                     generator=gen,
                     dtype=torch.uint8).to(device) for _ in range(2)
             ]
-            total = timed(lambda: preprocessor(dict(inputs=views), True),
-                          device, rounds)
+            total = median_ms(
+                lambda: preprocessor(dict(inputs=views), True),
+                device,
+                rounds,
+                warmup=1)
             augment = preprocessor.view_augments[0]
             generator = preprocessor._generator_on(device)
             params = augment.sample(batch, generator, device)
@@ -99,13 +81,13 @@ def batched_costs(batches: List[int], devices: List[torch.device],
             steps = {}
             for op, op_params in zip(augment.ops, params):
                 steps[type(op).__name__] = round(
-                    timed(lambda: op(images, op_params), device, rounds) /
-                    batch * 1000, 3)
+                    median_ms(lambda: op(images, op_params), device, rounds, 1)
+                    / batch, 3)
             rows.append(
                 dict(
                     device=str(device),
                     batch=batch,
-                    ms_per_image=round(total / batch * 1000, 3),
+                    ms_per_image=round(total / batch, 3),
                     ms_per_view_per_step=steps))
     return rows
 
@@ -133,12 +115,13 @@ def decode_costs(batches: List[int], devices: List[torch.device], rounds: int,
         preprocessor, _ = build_preprocessor(V2_DECODE, device)
         for batch in batches:
             data = encoded_batch(paths, batch)
-            total = timed(lambda: preprocessor(data, True), device, rounds)
+            total = median_ms(lambda: preprocessor(data, True), device, rounds,
+                              1)
             rows.append(
                 dict(
                     device=str(device),
                     batch=batch,
-                    ms_per_image=round(total / batch * 1000, 3)))
+                    ms_per_image=round(total / batch, 3)))
     return rows
 
 
@@ -221,7 +204,7 @@ def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
             with tempfile.TemporaryDirectory() as work_dir:
                 cfg = quiet(make(), work_dir, iters, workers)
                 cfg.experiment_name = f'{name}-{path}-{workers}-{os.getpid()}'
-                runner = Runner.from_cfg(cfg)
+                runner = RUNNERS.build(cfg)
                 clock = Throughput(warmup)
                 runner.register_hook(clock)
                 runner.train()
@@ -242,7 +225,8 @@ def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py device-augment', description=__doc__.split('\n')[0])
     parser.add_argument('--batches', type=int, nargs='+', default=[32, 256])
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument(
@@ -262,24 +246,15 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def table(rows: List[dict], columns: Dict[str, str]) -> str:
-    lines = [
-        '| ' + ' | '.join(columns.values()) + ' |', '|' + '---|' * len(columns)
-    ]
-    for row in rows:
-        lines.append('| ' + ' | '.join(str(row[k]) for k in columns) + ' |')
-    return '\n'.join(lines)
-
-
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     devices = [torch.device('cpu')]
     if torch.cuda.is_available():
         devices.append(torch.device('cuda'))
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    load_before = load_average()
     result = dict(
-        cpu=platform.processor() or platform.machine(),
+        cpu=cpu_name(),
         cuda=torch.cuda.get_device_name() if len(devices) > 1 else None,
         threads=args.threads,
         torch=torch.__version__,
@@ -297,7 +272,7 @@ def main(argv=None):
         for r in result['batched']
     ]
     print(
-        table(
+        markdown_table(
             rows,
             dict(
                 device='device',
@@ -312,7 +287,7 @@ def main(argv=None):
             print('\nDecoding, cropping and augmenting on the device '
                   '(_device-decode), median ms per image:\n')
             print(
-                table(
+                markdown_table(
                     result['decode'],
                     dict(
                         device='device',
@@ -325,7 +300,7 @@ def main(argv=None):
                                               args.e2e_batch)
             print()
             print(
-                table(
+                markdown_table(
                     result['end_to_end'],
                     dict(
                         run='run',
@@ -333,13 +308,11 @@ def main(argv=None):
                         workers='workers',
                         batch='batch',
                         images_per_s='images/s')))
-    result['load_average_after'] = [round(x, 2) for x in os.getloadavg()]
+    result['load_average_after'] = load_average()
     print(f'\nload average after: {result["load_average_after"]}')
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(result, f, indent=2)
-        print(f'wrote {args.out}')
+    write_json(result, args.out, indent=2)
     return result
 
 

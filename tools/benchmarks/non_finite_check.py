@@ -6,7 +6,8 @@ trains ``--iters`` iterations to fill the message hub, then times the
 hook's per-iteration work (``after_train_iter`` with the model's real
 outputs) against one training iteration of the same model::
 
-    python tools/benchmark_non_finite_check.py [--iters 10] [--calls 20000]
+    python tools/benchmarks/benchmark.py non-finite-check [--iters 10] \\
+        [--calls 20000]
 """
 import argparse
 import os.path as osp
@@ -16,21 +17,23 @@ import time
 import numpy as np
 import torch
 from mmengine.config import Config
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import NonFiniteLossHook
+from .common import CONFIGS
 
-DIGITS = osp.join(
-    osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs',
-    'mocov2_r18-cifar-w16_1xb64-splitbn-coslr-30e_digits.py')
+DIGITS = osp.join(CONFIGS,
+                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py non-finite-check',
+        description=__doc__.split('\n')[0])
     parser.add_argument('--iters', type=int, default=10)
     parser.add_argument('--calls', type=int, default=20000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work_dir:
         cfg = Config.fromfile(DIGITS)
         cfg.work_dir = work_dir
@@ -39,7 +42,7 @@ def main() -> None:
         cfg.default_hooks.checkpoint = None
         cfg.train_cfg = dict(by_epoch=False, max_iters=args.iters)
         cfg.param_scheduler = None
-        runner = Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg)
         runner.train()
         # IterTimerHook's time of each iteration; the first holds start-up
         per_iter = float(

@@ -4,11 +4,11 @@ fused torch._foreach_lerp_) against mmengine's ExponentialMovingAverage as
 mmpretrain's MoCo uses it (a Python loop over parameters, plus a copy of
 every buffer).
 
-    python tools/benchmark_momentum_update.py [--depth 50] [--device cuda]
+    python tools/benchmarks/benchmark.py momentum-update [--depth 50] \\
+        [--device cuda]
 """
 import argparse
 import copy
-import time
 
 import torch
 import torch.nn as nn
@@ -17,6 +17,7 @@ from mmpretrain.models import ResNet
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCoProjectionNeck
+from .common import machine, median_ms
 
 
 class Pair(nn.Module):
@@ -34,22 +35,10 @@ class Pair(nn.Module):
         return [(self.online, self.target)]
 
 
-def timed(fn, device: str, repeats: int) -> float:
-    """Median wall time of fn() in milliseconds."""
-    times = []
-    for _ in range(repeats + 3):
-        if device == 'cuda':
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == 'cuda':
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return sorted(times[3:])[len(times[3:]) // 2]
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py momentum-update',
+        description=__doc__.split('\n')[0])
     parser.add_argument('--depth', type=int, default=50)
     parser.add_argument(
         '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -59,17 +48,16 @@ def main(argv=None):
     pair = Pair(args.depth).to(args.device)
     hook = MomentumUpdateHook(momentum=0.999)
     hook.attach(pair)
-    ours = timed(lambda: hook.update(0.999), args.device, args.repeats)
+    ours = median_ms(lambda: hook.update(0.999), args.device, args.repeats)
 
     ema = ExponentialMovingAverage(pair.online, momentum=0.001).to(args.device)
     ema.update_parameters(pair.online)  # the first call only copies
-    theirs = timed(lambda: ema.update_parameters(pair.online), args.device,
-                   args.repeats)
+    theirs = median_ms(lambda: ema.update_parameters(pair.online), args.device,
+                       args.repeats)
 
     n = sum(p.numel() for p in pair.online.parameters())
     tensors = len(list(pair.online.parameters()))
-    name = torch.cuda.get_device_name() if args.device == 'cuda' else \
-        f'CPU, {torch.get_num_threads()} threads'
+    name = machine(args.device)
     print(f'momentum update of ResNet-{args.depth} + MoCo v2 neck '
           f'({n / 1e6:.1f}M parameters in {tensors} tensors) on {name}:')
     print(f'  mocoplug MomentumUpdateHook (foreach lerp): {ours:8.2f} ms')

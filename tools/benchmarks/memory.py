@@ -9,8 +9,8 @@ to the RSS after ``--warmup`` iterations (allocator pools, caches and the
 first checkpoint fill up first). Prints the figures and a verdict: FLAT when
 the slope is at most ``--max-slope`` MiB per 100 iterations.
 
-    python tools/benchmark_memory.py                      # digits, 500 iters
-    python tools/benchmark_memory.py --iters 1000 --warmup 200 \\
+    python tools/benchmarks/benchmark.py memory           # digits, 500 iters
+    python tools/benchmarks/benchmark.py memory --iters 1000 --warmup 200 \\
         --cfg-options train_dataloader.num_workers=2
 """
 import argparse
@@ -18,7 +18,6 @@ import json
 import math
 import os
 import os.path as osp
-import sys
 import tempfile
 import time
 from typing import List, Optional, Tuple
@@ -26,21 +25,13 @@ from typing import List, Optional, Tuple
 import numpy as np
 from mmengine.config import Config, DictAction
 from mmengine.hooks import Hook
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-import train as train_tool  # noqa: E402  (tools/train.py's config merging)
+from .common import CONFIGS, ROOT, load_average, rss_bytes, tool_module
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DIGITS = osp.join(ROOT, 'configs',
+DIGITS = osp.join(CONFIGS,
                   'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 MIB = 1024 * 1024
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident set size of a process (Linux /proc)."""
-    with open(f'/proc/{pid}/statm') as f:
-        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
 def children(pid: int) -> List[int]:
@@ -100,7 +91,8 @@ def slope_per_100(samples: List[Tuple[int, int]], warmup: int) -> float:
 
 
 def main(argv=None) -> float:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py memory', description=__doc__.split('\n')[0])
     parser.add_argument('config', nargs='?', default=DIGITS)
     parser.add_argument('--iters', type=int, default=500)
     parser.add_argument('--warmup', type=int, default=100)
@@ -115,12 +107,13 @@ def main(argv=None) -> float:
 
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='benchmark_memory_')
     train_argv = [args.config, '--work-dir', work_dir]
+    train_tool = tool_module('train')  # tools/train.py's config merging
     cfg = train_tool.merge_args(
         Config.fromfile(args.config), train_tool.parse_args(train_argv))
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     cfg.log_level = 'WARNING'
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)
     if cfg.train_cfg.get('max_epochs') is not None:  # enough epochs
         per_epoch = len(runner.train_dataloader)
         runner.train_loop._max_epochs = max(runner.train_loop.max_epochs,
@@ -140,7 +133,7 @@ def main(argv=None) -> float:
     print(f'config: {osp.relpath(args.config, ROOT)}')
     print(f'iterations: {samples[-1][0]} in {seconds:.0f} s '
           f'({os.cpu_count()} CPUs, load average '
-          f'{" / ".join(f"{x:.1f}" for x in os.getloadavg())})')
+          f'{" / ".join(f"{x:.1f}" for x in load_average())})')
     print(f'RSS before training: {recorder.start_rss / MIB:.1f} MiB')
     print(f'RSS after iteration 1: {samples[0][1] / MIB:.1f} MiB')
     print(f'RSS after iteration {warm} (end of warm-up): '
