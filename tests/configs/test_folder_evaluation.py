@@ -14,10 +14,10 @@ from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
 from PIL import Image
 
+from mocoplug.datasets import fill_data_root
 from mocoplug.engine.runner import MoCoRunner
 from mocoplug.evaluation import weighted_knn_accuracy
 from mocoplug.registry import DATASETS, MODELS
-from mocoplug.utils import fill_data_root
 from ..conftest import unique_experiment_name
 from ..packaged_tools import run_packaged_tool
 from .conftest import config_path, shrink_crops

@@ -6,15 +6,16 @@ mocoplug's Pretrained initialiser), `knn_memory_dataloader`,
 `knn_query_dataloader` and `knn = dict(topk=..., temperature=...)`; see
 configs/benchmarks/knn_*.py.
 
-    python tools/analysis_tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT
+    python tools/analysis_tools/knn_eval.py \\
+        configs/benchmarks/knn_r50_in1k.py CKPT
     torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \\
         --launcher pytorch
 
 Your own labelled images (mmpretrain CustomDataset layout, one sub-folder
 per class) instead of the config's data, with the config's test pipeline:
 
-    python tools/analysis_tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py CKPT \\
-        --data-root /path/to/folder
+    python tools/analysis_tools/knn_eval.py \\
+        configs/benchmarks/knn_r50_in1k.py CKPT --data-root /path/to/folder
 
 With FOLDER/train/<class>/* and FOLDER/val/<class>/*, the train images are
 the memory and the val images the queries; a FOLDER/<class>/* tree without
@@ -33,10 +34,11 @@ from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401
+from mocoplug.datasets import labelled_folder_classes
 from mocoplug.evaluation import (extract_feature_shard,
                                  sharded_weighted_knn_accuracy)
 from mocoplug.registry import MODELS
-from mocoplug.utils import fill_pretrained, labelled_folder_classes
+from mocoplug.utils import fill_pretrained
 
 REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
 

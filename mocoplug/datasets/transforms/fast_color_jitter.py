@@ -26,7 +26,7 @@ def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
 
 def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
     """mmcv's pillow ``adjust_hue`` (8-bit HSV), as patched by
-    :mod:`mocoplug.utils.mmcv_compat`, on a PIL image."""
+    :mod:`mocoplug.compat.mmcv_hue`, on a PIL image."""
     h, s, v = pil_image.convert('HSV').split()
     np_h = np.array(h, dtype=np.uint8)
     with np.errstate(over='ignore'):

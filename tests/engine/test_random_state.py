@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import mocoplug.utils.random_state as random_state
-from mocoplug.utils.random_state import get_random_state, set_random_state
+import mocoplug.engine.random_state as random_state
+from mocoplug.engine.random_state import get_random_state, set_random_state
 
 
 def draw():

@@ -23,7 +23,7 @@ from typing import Any, List
 from mmengine.config import Config
 
 # The image files mmpretrain's CustomDataset reads (from its signature).
-from mocoplug.datasets.image_check import IMAGE_EXTENSIONS as IMG_EXTENSIONS
+from .image_check import IMAGE_EXTENSIONS as IMG_EXTENSIONS
 
 
 def labelled_folder_classes(folder: str) -> List[str]:

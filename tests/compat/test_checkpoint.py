@@ -5,7 +5,7 @@ import torch
 from mmengine.logging import HistoryBuffer
 from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
 
-from mocoplug.utils import load_from_local
+from mocoplug.compat import load_from_local
 
 
 def test_loader_is_installed_for_local_paths():

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from mmpretrain.datasets.transforms import ColorJitter
 
-from mocoplug.utils.mmcv_compat import (ORIGINAL_ADJUST_HUE, adjust_hue,
-                                        needs_hue_patch)
+from mocoplug.compat.mmcv_hue import (ORIGINAL_ADJUST_HUE, adjust_hue,
+                                      needs_hue_patch)
 
 
 def image():
