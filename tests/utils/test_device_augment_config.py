@@ -36,14 +36,15 @@ def plain(value):
     return value
 
 
-@pytest.mark.parametrize('recipe,device,decode', SWITCHED)
-def test_device_configs_are_the_recipes_switched(recipe, device, decode):
+@pytest.mark.parametrize('recipe,switched_config,decode', SWITCHED)
+def test_device_configs_are_the_recipes_switched(recipe, switched_config,
+                                                 decode):
     """Each *_device-aug / *_device-decode config is its recipe with only
     the pipeline's view step and the data preprocessor changed (the same
     views, mean, std and channel order), as use_device_augmentation does;
     both halves build."""
     switched = use_device_augmentation(load(recipe), decode_on_device=decode)
-    written = load(device)
+    written = load(switched_config)
     pipeline = plain(written.train_dataloader.dataset.pipeline)
     assert plain(switched.train_dataloader.dataset.pipeline) == pipeline
     assert plain(switched.data_preprocessor) == plain(

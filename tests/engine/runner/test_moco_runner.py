@@ -154,17 +154,16 @@ def test_a_dataloader_without_workers_ignores_persistent_workers():
     assert without_idle_persistent_workers(with_workers) is with_workers
 
 
-@pytest.mark.parametrize('device, given, expected', [('cpu', None, 'gloo'),
-                                                     ('cpu', 'nccl', 'gloo'),
-                                                     ('cpu', 'gloo', 'gloo'),
-                                                     ('cpu', 'mpi', 'mpi'),
-                                                     ('cuda', None, 'nccl'),
-                                                     ('cuda', 'nccl', 'nccl'),
-                                                     ('cuda', 'gloo', 'gloo')])
-def test_the_backend_follows_the_machine(monkeypatch, device, given, expected):
+@pytest.mark.parametrize('machine, given, expected',
+                         [('cpu', None, 'gloo'), ('cpu', 'nccl', 'gloo'),
+                          ('cpu', 'gloo', 'gloo'), ('cpu', 'mpi', 'mpi'),
+                          ('cuda', None, 'nccl'), ('cuda', 'nccl', 'nccl'),
+                          ('cuda', 'gloo', 'gloo')])
+def test_the_backend_follows_the_machine(monkeypatch, machine, given,
+                                         expected):
     """gloo without a GPU, the config's backend (nccl by default) with
     one: the digits config no longer needs to force gloo."""
-    monkeypatch.setattr(cpu_distributed, 'get_device', lambda: device)
+    monkeypatch.setattr(cpu_distributed, 'get_device', lambda: machine)
     dist_cfg = None if given is None else dict(backend=given, timeout=60)
     chosen = dist_cfg_for_this_machine(dist_cfg)
     assert chosen['backend'] == expected
