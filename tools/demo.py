@@ -35,8 +35,8 @@ import torch
 from mmengine.config import Config
 from mmengine.dataset import default_collate
 from mmengine.hooks import Hook
-from mmengine.registry import DefaultScope
-from mmengine.runner import Runner, set_random_seed
+from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.runner import set_random_seed
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
@@ -105,7 +105,7 @@ def pretrain(cfg: Config, seed: int, work_dir: str):
     cfg.work_dir = work_dir
     cfg.randomness = dict(seed=seed)
     cfg.log_level = 'WARNING'  # the full log is in the work dir
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the config's runner_type
     runner.register_hook(EpochPrinter(f'seed {seed}'))
     runner.train()
     return runner.model, load_scalars(work_dir)
