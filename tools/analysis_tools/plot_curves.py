@@ -5,8 +5,10 @@ accuracy, lr, momentum, kNN accuracy and the representation-health figures
 
 Example::
 
-    python tools/analysis_tools/plot_curves.py work_dirs/mocov2_r50_8xb32 --out curves/
-    python tools/analysis_tools/plot_curves.py RUN_A RUN_B --labels "K=4096" "K=1024"
+    python tools/analysis_tools/plot_curves.py work_dirs/mocov2_r50_8xb32 \\
+        --out curves/
+    python tools/analysis_tools/plot_curves.py RUN_A RUN_B \\
+        --labels "K=4096" "K=1024"
 """
 import argparse
 import os.path as osp

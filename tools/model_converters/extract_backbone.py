@@ -14,8 +14,10 @@ Works with mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints
 (`backbone.*`) and the official ones (`module.encoder_q.*`). The key
 encoder (`momentum_encoder.*`, `encoder_k.*`) is never exported.
 
-    python tools/model_converters/extract_backbone.py work_dirs/.../epoch_200.pth r50.pth
-    python tools/model_converters/extract_backbone.py CKPT r50.pkl --format detectron2
+    python tools/model_converters/extract_backbone.py \\
+        work_dirs/.../epoch_200.pth r50.pth
+    python tools/model_converters/extract_backbone.py CKPT r50.pkl \\
+        --format detectron2
 """
 import argparse
 import os

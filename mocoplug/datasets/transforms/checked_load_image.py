@@ -102,10 +102,10 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
             raise UnreadableImageError(
                 f'Cannot load image {filename!r}: {reason}. Dataset: '
                 f'{dataset}. Fix: list every unreadable file with `python '
-                f'tools/misc/check_images.py {folder} --out bad.txt` and remove or '
-                'replace them; or skip unreadable images while training '
-                'with skip_unreadable=True on CheckedLoadImageFromFile (the '
-                'folder config: --cfg-options '
+                f'tools/misc/check_images.py {folder} --out bad.txt` and '
+                'remove or replace them; or skip unreadable images while '
+                'training with skip_unreadable=True on '
+                'CheckedLoadImageFromFile (the folder config: --cfg-options '
                 'train_dataloader.dataset.pipeline.0.skip_unreadable=True), '
                 'which stops if more than max_unreadable_ratio of the loads '
                 'fail.')
