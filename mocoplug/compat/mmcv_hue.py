@@ -21,6 +21,17 @@ from PIL import Image
 ORIGINAL_ADJUST_HUE = mmcv.image.photometric.adjust_hue
 
 
+def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
+    """The pillow branch of mmcv's ``adjust_hue`` (8-bit HSV, the shift
+    wrapped modulo 256, as numpy < 2 computed it) on an RGB PIL image."""
+    h, s, v = pil_image.convert('HSV').split()
+    np_h = np.array(h, dtype=np.uint8)
+    with np.errstate(over='ignore'):
+        np_h += np.uint8(int(hue_factor * 255) % 256)
+    hsv = Image.merge('HSV', (Image.fromarray(np_h, 'L'), s, v))
+    return hsv.convert('RGB')
+
+
 def adjust_hue(img: np.ndarray,
                hue_factor: float,
                backend: Optional[str] = None) -> np.ndarray:
@@ -45,18 +56,13 @@ def adjust_hue(img: np.ndarray,
         raise ValueError(f'hue_factor:{hue_factor} is not in [-0.5, 0.5].')
     if not (isinstance(img, np.ndarray) and img.ndim in (2, 3)):
         raise TypeError('img should be ndarray with dim=[2 or 3].')
-    # what numpy < 2 computed for np.uint8(negative): the value mod 256
-    shift = np.uint8(int(hue_factor * 255) % 256)
     if backend == 'pillow':
         assert img.dtype == np.uint8, 'Pillow backend only support uint8 type'
         pil_image = Image.fromarray(img[..., ::-1], mode='RGB')
-        h, s, v = pil_image.convert('HSV').split()
-        np_h = np.array(h, dtype=np.uint8)
-        with np.errstate(over='ignore'):
-            np_h += shift
-        h = Image.fromarray(np_h, 'L')
-        pil_image = Image.merge('HSV', (h, s, v)).convert('RGB')
-        return np.array(pil_image, dtype=img.dtype)[..., ::-1]
+        return np.array(
+            pillow_hue(pil_image, hue_factor), dtype=img.dtype)[..., ::-1]
+    # what numpy < 2 computed for np.uint8(negative): the value mod 256
+    shift = np.uint8(int(hue_factor * 255) % 256)
     dtype = img.dtype
     hsv_img = cv2.cvtColor(img.astype(np.uint8), cv2.COLOR_BGR2HSV_FULL)
     h, s, v = cv2.split(hsv_img)
