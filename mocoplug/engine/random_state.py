@@ -4,8 +4,8 @@
 Python's ``random``, NumPy's global generator, torch's CPU generator and the
 generator of the process's own CUDA device are captured as tensors, ints
 and floats only, so a checkpoint carrying them still loads with
-``torch.load(weights_only=True)`` (see ``checkpoint_compat``) without
-widening the set of allowed types.
+``torch.load(weights_only=True)`` (see :mod:`mocoplug.compat.checkpoint`)
+without widening the set of allowed types.
 
 CUDA: a rank draws from the generator of its current device
 (``torch.cuda.current_device()``, which mmengine's launcher sets to the

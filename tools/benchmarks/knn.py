@@ -17,7 +17,7 @@ take, and, with ``--project-queries``, the time that many queries would take
     # on a CPU with 24 GB: float16 memory (5.2 GB), 1000 queries, projected
     python tools/benchmarks/benchmark.py knn --device cpu \\
         --bank-dtype float16 --queries 1000 --project-queries 50000
-    # the previous computation (a similarity matrix per k, the memory cast
+    # the unsharded computation (a similarity matrix per k, the memory cast
     # to float32 whole) on a smaller memory, for comparison
     python tools/benchmarks/benchmark.py knn --bank 200000 --queries 2000 \\
         --baseline
@@ -64,8 +64,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--baseline',
         action='store_true',
-        help='also time weighted_knn_scores once per k (the computation '
-        'before the sharded one)')
+        help='also time weighted_knn_scores once per k (the unsharded '
+        'computation)')
     parser.add_argument('--threads', type=int, default=None)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--json', default=None, help='write results here')
@@ -125,9 +125,9 @@ class PeakMemory:
 
 def baseline_accuracy(query, query_labels, bank, bank_labels, classes,
                       topk) -> Dict[str, float]:
-    """What ``weighted_knn_accuracy`` did before the sharded computation:
-    the whole memory cast to float32 and normalised, the similarity matrix
-    computed again for every k."""
+    """The unsharded computation, for comparison: the whole memory cast to
+    float32 and normalised, the similarity matrix computed again for every
+    k."""
     out = {}
     for k in topk:
         pred = weighted_knn_scores(query, bank, bank_labels, classes,

@@ -7,7 +7,7 @@ data-loader worker), on the same JPEG files:
 - mocoplug: the train pipeline of a mocoplug config (default: the MoCo v2
   ImageNet config), built from the config;
 - mmpretrain: mmpretrain's MoCo v2 pipeline (its base
-  ``imagenet_bs32_mocov2.py``, which our configs used before);
+  ``imagenet_bs32_mocov2.py``);
 - official: the torchvision pipeline of facebookresearch/moco
   (``main_moco.py --aug-plus``): PIL loader, RandomResizedCrop(224,
   scale=(0.2, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) p=0.8, RandomGrayscale

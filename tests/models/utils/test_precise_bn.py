@@ -47,8 +47,7 @@ def test_stats_are_the_average_of_batch_statistics():
     vars_ = used.transpose(1, 2).flatten(2).var(2, unbiased=True)
     # float64: BN's and these means / variances of 100 values of size <= 15
     # (squares <= 225), averaged over 3 batches, in any summation order:
-    # within 110 x 2^-53 x 225 < 3e-12 (float32's bounds, 1e-4 and 1.5e-3,
-    # exceeded the old 1e-5 and 1e-4)
+    # within 110 x 2^-53 x 225 < 3e-12
     assert torch.allclose(
         model.bn.running_mean, means.mean(0), rtol=0, atol=1e-10)
     assert torch.allclose(
