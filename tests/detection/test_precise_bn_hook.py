@@ -4,38 +4,14 @@ import os
 import pytest
 import torch
 import torch.multiprocessing as mp
-import torch.nn as nn
-from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader, Dataset
 
 from mocoplug.detection import DetectionPreciseBNHook, precise_bn_stats
 from mocoplug.detection.precise_bn_hook import min_across_processes
 from ..gloo import free_port, join_gloo_group
+from ..models.utils.test_precise_bn import BNModel
 from .conftest import unique_name
-
-
-class BNModel(BaseModel):
-    """x -> BatchNorm2d(3) -> mean; ``mode='loss'`` like a detector."""
-
-    def __init__(self):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(3)
-        self.frozen = nn.BatchNorm2d(3)
-        self.linear = nn.Linear(3, 1)
-        self.loss_calls = 0
-
-    def train(self, mode=True):
-        super().train(mode)
-        self.frozen.eval()  # like norm_eval=True: must not be touched
-        return self
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        out = self.frozen(self.bn(inputs))
-        if mode == 'loss':
-            self.loss_calls += 1
-            return dict(loss=self.linear(out.mean((2, 3))).mean())
-        return out
 
 
 class ConstantImages(Dataset):
