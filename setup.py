@@ -87,7 +87,8 @@ if __name__ == '__main__':
         package_data={
             'mocoplug': [
                 '.mim/model-index.yml', '.mim/configs/*.py',
-                '.mim/configs/*/*.py', '.mim/tools/*.py', '.mim/tools/*.sh'
+                '.mim/configs/*/*.py', '.mim/tools/*.py', '.mim/tools/*/*.py',
+                '.mim/tools/*.sh'
             ]
         },
         install_requires=parse_requirements('requirements/runtime.txt'),

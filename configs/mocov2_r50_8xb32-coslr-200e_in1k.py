@@ -39,14 +39,14 @@ auto_scale_lr = dict(base_batch_size=256)
 # The base's SGD as torch's fused kernel: one pass over each parameter
 # instead of torch's default per-tensor loop (CPU) or several foreach
 # kernels (GPU). On CPU the update is bit-identical to the default and 3x
-# faster (tests/configs/test_fused_optimizers.py, tools/benchmark.py).
+# faster (tests/configs/test_fused_optimizers.py, benchmark.py train).
 optim_wrapper = dict(optimizer=dict(fused=True))
 
 # mmpretrain's MoCo v2 augmentation (the base's view_pipeline: same
 # transforms, parameters and random draws), with mocoplug's faster versions
 # of colour jitter, grayscale and blur (measured ~1.5x the images/s per
 # data-loader worker; values: see mocoplug/datasets/transforms/ and
-# tools/benchmark_pipeline.py). JPEGs are decoded with OpenCV, the fastest
+# `benchmark.py pipeline`). JPEGs are decoded with OpenCV, the fastest
 # decoder measured. The `mocoplug.` prefix finds our transforms even when
 # the dataset is built in mmpretrain's scope (the train loop, from
 # mmpretrain's schedule base, sets it).

@@ -267,8 +267,11 @@ def load_tool():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def load(name):
+        """``name``: the script's path under tools/ without ``.py``, e.g.
+        ``'train'`` or ``'analysis_tools/plot_curves'``."""
         path = os.path.join(root, 'tools', f'{name}.py')
-        spec = importlib.util.spec_from_file_location(f'tools_{name}', path)
+        module_name = 'tools_' + name.replace('/', '_')
+        spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

@@ -35,9 +35,8 @@ import torch
 from mmengine.config import Config
 from mmengine.dataset import default_collate
 from mmengine.hooks import Hook
-from mmengine.registry import DefaultScope
-from mmengine.runner import Runner, set_random_seed
-from torch.nn.modules.batchnorm import _BatchNorm
+from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.runner import set_random_seed
 from torch.utils.data import DataLoader
 
 import mocoplug  # noqa: F401
@@ -45,6 +44,7 @@ from mocoplug.engine.hooks import KNNMonitorHook
 from mocoplug.evaluation import (extract_features, linear_probe_accuracy,
                                  stratified_label_subsets,
                                  weighted_knn_accuracy)
+from mocoplug.models.utils import precise_bn_stats
 from mocoplug.registry import DATASETS, MODELS
 from mocoplug.visualization import load_scalars, plot_results_figure
 from mocoplug.visualization.scalar_curves import series
@@ -105,7 +105,7 @@ def pretrain(cfg: Config, seed: int, work_dir: str):
     cfg.work_dir = work_dir
     cfg.randomness = dict(seed=seed)
     cfg.log_level = 'WARNING'  # the full log is in the work dir
-    runner = Runner.from_cfg(cfg)
+    runner = RUNNERS.build(cfg)  # the config's runner_type
     runner.register_hook(EpochPrinter(f'seed {seed}'))
     runner.train()
     return runner.model, load_scalars(work_dir)
@@ -119,23 +119,19 @@ def digits_loader(split: str, perturbed: bool) -> DataLoader:
     return DataLoader(dataset, batch_size=256, collate_fn=default_collate)
 
 
-@torch.no_grad()
 def estimate_bn_statistics(model, loader: DataLoader) -> None:
     """Set BN running statistics to their exact average over the loader.
 
     A randomly initialised encoder has running statistics 0/1 that match
     nothing; evaluating it in eval mode would understate what random
     features can do. No weight changes."""
-    norms = [m for m in model.modules() if isinstance(m, _BatchNorm)]
-    momenta = [m.momentum for m in norms]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average over the batches
     model.train()
-    for data in loader:
-        model.backbone(model.data_preprocessor(data, False)['inputs'])
-    for m, momentum in zip(norms, momenta):
-        m.momentum = momentum
+    precise_bn_stats(
+        model,
+        loader,
+        len(loader),
+        forward=lambda data: model.backbone(
+            model.data_preprocessor(data, False)['inputs']))
     model.eval()
 
 

@@ -26,12 +26,12 @@ On a machine with CUDA it runs:
 3. ``exact_resume``: 40 iterations uninterrupted against 20, resume, 20,
    with ``randomness.deterministic=True``: the final weights, optimizer
    state and queue must be bitwise equal, and the losses after the resume.
-4. ``benchmark``: ``tools/benchmark.py --device cuda``, mocoplug against
+4. ``benchmark``: ``benchmark.py train --device cuda``, mocoplug against
    mmpretrain and the floor, for AMP off/on x channels_last off/on (on a
    CPU: off/off and on/on), and off/off and on/on again with
    ``torch.backends.cudnn.benchmark = True`` (the model step alone, the
    figure for the cudnn_benchmark decision).
-5. ``knn``: ``tools/benchmark_knn.py`` at ImageNet size (1,281,167 x 2048
+5. ``knn``: ``benchmark.py knn`` at ImageNet size (1,281,167 x 2048
    float32 memory features, 50,000 queries).
 
 Without CUDA (or with ``--device cpu``) it runs the same code paths at toy
@@ -293,8 +293,9 @@ def run_exact_resume(args, size, work_dir) -> dict:
 
 
 def run_benchmark(args, size, work_dir) -> dict:
-    """tools/benchmark.py: ours vs mmpretrain vs floor, AMP x channels_last."""
-    bench = load_tool('benchmark')
+    """benchmark.py train: ours vs mmpretrain vs floor, AMP x channels_last.
+    """
+    bench = benchmark_command('train')
     out, checks = {}, {}
     combos = [(a, c, False) for a, c in size['bench_combos']]
     if args.device == 'cuda':  # fixed-size crops: does autotuning pay?
@@ -337,8 +338,8 @@ def run_benchmark(args, size, work_dir) -> dict:
 
 
 def run_knn(args, size, work_dir) -> dict:
-    """tools/benchmark_knn.py at ImageNet size (toy size on a CPU)."""
-    knn = load_tool('benchmark_knn')
+    """benchmark.py knn at ImageNet size (toy size on a CPU)."""
+    knn = benchmark_command('knn')
     argv = ['--device', args.device, '--json', osp.join(work_dir, 'knn.json')]
     result = knn.main(size['knn'] + argv)
     accuracy = result['sharded']['accuracy']
@@ -544,12 +545,18 @@ def peak_rss_mib() -> float:
 
 
 def load_tool(name: str):
-    """A script of tools/ as a module."""
+    """A script of tools/ as a module (``name``: its path without .py)."""
     path = osp.join(ROOT, 'tools', f'{name}.py')
-    spec = importlib.util.spec_from_file_location(f'tools_{name}', path)
+    module_name = 'tools_' + name.replace('/', '_')
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def benchmark_command(name: str):
+    """The module of a sub-command of tools/benchmarks/benchmark.py."""
+    return load_tool('benchmarks/benchmark').command_module(name)
 
 
 # ------------------------------------------------------------------ main

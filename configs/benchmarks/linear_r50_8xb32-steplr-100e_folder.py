@@ -18,7 +18,11 @@ _base_ = './linear_r50_8xb32-steplr-100e_in1k.py'
 
 data_root = None  # --cfg-options data_root=/path/to/folder
 
-model = dict(head=dict(num_classes=None, topk=(1, )))
+model = dict(
+    head=dict(
+        type='mocoplug.FolderLinearClsHead',  # num_classes None: clear error
+        num_classes=None,
+        topk=(1, )))
 
 train_dataloader = dict(
     dataset=dict(

@@ -2,10 +2,12 @@
 from .digits import DigitsDataset
 from .image_check import (IMAGE_EXTENSIONS, UnreadableImageError, check_image,
                           decode_image, find_images)
+from .labelled_folder import fill_data_root, labelled_folder_classes
 from .synthetic_images import SyntheticImageDataset
 from .transforms import *  # noqa: F401,F403
 
 __all__ = [
     'DigitsDataset', 'IMAGE_EXTENSIONS', 'UnreadableImageError', 'check_image',
-    'decode_image', 'find_images', 'SyntheticImageDataset'
+    'decode_image', 'find_images', 'SyntheticImageDataset', 'fill_data_root',
+    'labelled_folder_classes'
 ]

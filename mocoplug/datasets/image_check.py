@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Decoding an image file the way the training pipeline does, with the
 reason when it cannot be decoded: shared by ``CheckedLoadImageFromFile``
-(while training) and ``tools/check_images.py`` (before training)."""
+(while training) and ``tools/misc/check_images.py`` (before training)."""
 import inspect
 import os
 from typing import List, Optional, Sequence, Tuple

@@ -1,11 +1,12 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from .checkpoint_compat import (load_from_local, register_checkpoint_loader,
-                                trusted_globals)
-from .config_packages import register_config_package
+# The patches (mocoplug.compat) and the folder helpers (mocoplug.datasets)
+# stay importable here under the names they had.
+from ..compat import (load_from_local, patch_adjust_hue,
+                      register_checkpoint_loader, register_config_package,
+                      trusted_globals)
+from ..datasets.labelled_folder import fill_data_root, labelled_folder_classes
 from .device_augment_config import use_device_augmentation
 from .disabled_hooks import enabled_default_hooks
-from .labelled_folder import fill_data_root, labelled_folder_classes
-from .mmcv_compat import patch_adjust_hue
 from .pretrained import fill_pretrained
 from .process_group import leave_process_group, leave_process_group_at_exit
 from .setup_env import register_all_modules

@@ -102,7 +102,7 @@ def test_knn_tool_matches_a_direct_computation(tmp_path, load_tool,
     cfg_file = tmp_path / 'knn.py'
     cfg.dump(str(cfg_file))
     out = tmp_path / 'knn.json'
-    results = load_tool('knn_eval').main(
+    results = load_tool('analysis_tools/knn_eval').main(
         [str(cfg_file), path, '--out', str(out)])
     assert json.loads(out.read_text()) == results
 

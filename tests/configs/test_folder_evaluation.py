@@ -14,10 +14,10 @@ from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
 from PIL import Image
 
+from mocoplug.datasets import fill_data_root
 from mocoplug.engine.runner import MoCoRunner
 from mocoplug.evaluation import weighted_knn_accuracy
 from mocoplug.registry import DATASETS, MODELS
-from mocoplug.utils import fill_data_root
 from ..conftest import unique_experiment_name
 from ..packaged_tools import run_packaged_tool
 from .conftest import config_path, shrink_crops
@@ -121,7 +121,7 @@ def test_knn_on_train_val_folders_matches_a_direct_computation(
         split_folder, moco_checkpoint, load_tool, tmp_path):
     path, model = moco_checkpoint
     cfg_file, cfg = knn_cfg_file(tmp_path)
-    results = load_tool('knn_eval').main([
+    results = load_tool('analysis_tools/knn_eval').main([
         cfg_file, path, '--data-root',
         str(split_folder), '--cfg-options', 'knn.topk=[1,3]'
     ])
@@ -146,7 +146,7 @@ def test_knn_on_class_folders_is_leave_one_out(split_folder, moco_checkpoint,
     path, model = moco_checkpoint
     folder = split_folder / 'train'  # class sub-folders, no train/ val/
     cfg_file, cfg = knn_cfg_file(tmp_path)
-    results = load_tool('knn_eval').main([
+    results = load_tool('analysis_tools/knn_eval').main([
         cfg_file, path, '--data-root',
         str(folder), '--cfg-options', 'knn.topk=[3]', 'knn.temperature=0.1'
     ])
@@ -189,7 +189,7 @@ def test_knn_refuses_a_folder_that_is_not_labelled(tmp_path, load_tool,
         Image.new('RGB', (8, 8)).save(root / 'train' / 'cat' / '0.png')
         match, error = 'no class sub-folders', ValueError
     with pytest.raises(error, match=match):
-        load_tool('knn_eval').main(
+        load_tool('analysis_tools/knn_eval').main(
             [config_path(KNN), moco_checkpoint[0], '--data-root',
              str(root)])
 

@@ -68,7 +68,7 @@ def test_unreadable_image_is_a_clear_error(folder_dataset_cfg, tmp_path, name):
     msg = str(err.value)
     assert f"Cannot load image '{files[name]}': {REASONS[name]}." in msg
     assert (f"Dataset: CustomDataset(data_root='{tmp_path}', 6 images)" in msg)
-    assert f'tools/check_images.py {tmp_path} --out bad.txt' in msg
+    assert f'tools/misc/check_images.py {tmp_path} --out bad.txt' in msg
     assert ('train_dataloader.dataset.pipeline.0.skip_unreadable=True' in msg)
 
 

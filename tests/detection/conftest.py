@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, Iterator
 import pytest
 from mmengine.config import Config
 
+from .tiny_detection_data import make_tiny_detection_data
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DETECTION_CONFIGS = sorted(
     glob.glob(osp.join(ROOT, 'configs', 'detection', '*.py')))
@@ -142,10 +144,9 @@ def dump(cfg: Config, path: str) -> str:
 
 @pytest.fixture(scope='session')
 def tiny_det_data(tmp_path_factory) -> Dict[str, str]:
-    """The tiny VOC and COCO datasets of tools/make_tiny_detection_data."""
+    """The tiny VOC and COCO datasets of :mod:`.tiny_detection_data`."""
     out = str(tmp_path_factory.mktemp('tiny_det'))
-    return load_tool('make_tiny_detection_data').make_tiny_detection_data(
-        out, seed=0)
+    return make_tiny_detection_data(out, seed=0)
 
 
 @pytest.fixture(scope='session')

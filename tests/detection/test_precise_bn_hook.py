@@ -4,38 +4,14 @@ import os
 import pytest
 import torch
 import torch.multiprocessing as mp
-import torch.nn as nn
-from mmengine.model import BaseModel
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader, Dataset
 
 from mocoplug.detection import DetectionPreciseBNHook, precise_bn_stats
 from mocoplug.detection.precise_bn_hook import min_across_processes
 from ..gloo import free_port, join_gloo_group
+from ..models.utils.test_precise_bn import BNModel
 from .conftest import unique_name
-
-
-class BNModel(BaseModel):
-    """x -> BatchNorm2d(3) -> mean; ``mode='loss'`` like a detector."""
-
-    def __init__(self):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(3)
-        self.frozen = nn.BatchNorm2d(3)
-        self.linear = nn.Linear(3, 1)
-        self.loss_calls = 0
-
-    def train(self, mode=True):
-        super().train(mode)
-        self.frozen.eval()  # like norm_eval=True: must not be touched
-        return self
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        out = self.frozen(self.bn(inputs))
-        if mode == 'loss':
-            self.loss_calls += 1
-            return dict(loss=self.linear(out.mean((2, 3))).mean())
-        return out
 
 
 class ConstantImages(Dataset):
@@ -50,40 +26,6 @@ class ConstantImages(Dataset):
     def __getitem__(self, i):
         value = torch.arange(1., 4.) * (1 + i % 2)
         return dict(inputs=value.view(3, 1, 1).expand(3, 2, 2).clone())
-
-
-def test_stats_are_the_average_of_batch_statistics():
-    model = BNModel().double().train()
-    gen = torch.Generator().manual_seed(0)
-    batches = [
-        dict(
-            inputs=torch.randn(4, 3, 5, 5, generator=gen, dtype=torch.float64)
-            * (i + 1) + i) for i in range(5)
-    ]
-    frozen = model.frozen.running_mean.clone()
-    count = precise_bn_stats(model, iter(batches), num_iters=3)
-    assert count == 3 and model.loss_calls == 3  # training forward
-    used = torch.stack([b['inputs'] for b in batches[:3]])
-    means = used.mean((1, 3, 4))  # per batch, per channel
-    vars_ = used.transpose(1, 2).flatten(2).var(2, unbiased=True)
-    # float64: BN's and these means / variances of 100 values of size <= 15
-    # (squares <= 225), averaged over 3 batches, in any summation order:
-    # within 110 x 2^-53 x 225 < 3e-12 (float32's bounds, 1e-4 and 1.5e-3,
-    # exceeded the old 1e-5 and 1e-4)
-    assert torch.allclose(
-        model.bn.running_mean, means.mean(0), rtol=0, atol=1e-10)
-    assert torch.allclose(
-        model.bn.running_var, vars_.mean(0), rtol=0, atol=1e-10)
-    assert model.bn.momentum == 0.1  # restored
-    assert torch.equal(model.frozen.running_mean, frozen)
-
-
-def test_no_batch_norm_or_no_data_changes_nothing():
-    model = nn.Sequential(nn.Linear(2, 2))
-    assert precise_bn_stats(model, [], 5) == 0
-    bn_model = BNModel().train()
-    assert precise_bn_stats(bn_model, [], 5) == 0
-    assert torch.equal(bn_model.bn.running_mean, torch.zeros(3))
 
 
 def _two_ranks_worker(rank: int, port: int, out_dir: str) -> None:

@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""tools/make_tiny_detection_data.py writes datasets that mmdet reads, whose
+"""The tiny_detection_data fixture writes datasets that mmdet reads, whose
 annotations match the drawn pixels, and the same files for the same seed."""
 import filecmp
 import json
@@ -12,9 +12,9 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from PIL import Image
 
-from .conftest import COCO_FPN, VOC_C4, load_tool, shrink_detection_cfg
-
-TOOL = load_tool('make_tiny_detection_data')
+from . import tiny_detection_data as tiny
+from .conftest import COCO_FPN, VOC_C4, shrink_detection_cfg
+from .tiny_detection_data import make_tiny_detection_data
 
 
 def _tree(root):
@@ -24,9 +24,9 @@ def _tree(root):
 
 
 def test_same_seed_same_files_other_seed_other_data(tmp_path):
-    a = TOOL.make_tiny_detection_data(str(tmp_path / 'a'), seed=3)
-    TOOL.make_tiny_detection_data(str(tmp_path / 'b'), seed=3)
-    TOOL.make_tiny_detection_data(str(tmp_path / 'c'), seed=4)
+    a = make_tiny_detection_data(str(tmp_path / 'a'), seed=3)
+    make_tiny_detection_data(str(tmp_path / 'b'), seed=3)
+    make_tiny_detection_data(str(tmp_path / 'c'), seed=4)
     files = _tree(tmp_path / 'a')
     assert files == _tree(tmp_path / 'b') == _tree(tmp_path / 'c')
     match, mismatch, errors = filecmp.cmpfiles(
@@ -74,7 +74,7 @@ def _color_near(img: np.ndarray, xs, ys, color, tol=40) -> bool:
 def test_coco_polygons_and_boxes_cover_the_drawn_shapes(tiny_det_data):
     from pycocotools.coco import COCO
 
-    shape_of = {v: k for k, v in TOOL.COCO_NAMES.items()}
+    shape_of = {v: k for k, v in tiny.COCO_NAMES.items()}
     for split in ('train', 'val'):
         coco = COCO(
             osp.join(tiny_det_data['coco_root'], 'annotations',
@@ -87,7 +87,7 @@ def test_coco_polygons_and_boxes_cover_the_drawn_shapes(tiny_det_data):
                     osp.join(tiny_det_data['coco_root'], f'{split}2017',
                              info['file_name'])).convert('RGB'))
             name = coco.cats[ann['category_id']]['name']
-            color = TOOL.COLORS[shape_of[name]]
+            color = tiny.COLORS[shape_of[name]]
             mask = coco.annToMask(ann).astype(bool)
             ys, xs = np.nonzero(mask)
             # the mask is the shape: its pixels have the shape's colour
@@ -121,12 +121,12 @@ def test_mmdet_datasets_of_the_configs_read_it(tiny_det_data, tmp_path):
             names.add(name)
             difficult += inst['ignore_flag']
             x1, y1, x2, y2 = inst['bbox']  # 0-based after mmdet's "-1"
-            shape = {v: k for k, v in TOOL.VOC_NAMES.items()}[name]
+            shape = {v: k for k, v in tiny.VOC_NAMES.items()}[name]
             # the centre of the box is inside the shape
             cx, cy = (x1 + x2) // 2, (y1 + y2) // 2
             assert _color_near(img, [cx, cx + 1], [cy, cy],
-                               TOOL.COLORS[shape]), (info, inst)
-    assert names <= set(TOOL.VOC_NAMES.values()) and len(names) >= 2
+                               tiny.COLORS[shape]), (info, inst)
+    assert names <= set(tiny.VOC_NAMES.values()) and len(names) >= 2
     assert difficult >= 1  # VOC's ignore rule gets exercised
     # the shrunk multi-scale resize: shorter side from (480..800) / 20
     resize = voc_cfg.train_dataloader.dataset.datasets[0].pipeline[2]
@@ -143,15 +143,11 @@ def test_mmdet_datasets_of_the_configs_read_it(tiny_det_data, tmp_path):
     assert len(sample.gt_instances.bboxes) >= 1
 
 
-def test_cli_and_bad_size(tmp_path, capsys):
-    paths = TOOL.main([
-        str(tmp_path), '--seed', '1', '--num-train', '2', '--num-test', '1',
-        '--img-size', '64', '48'
-    ])
-    out = capsys.readouterr().out
-    assert paths['coco_val_ann'] in out
+def test_arguments_and_bad_size(tmp_path):
+    paths = make_tiny_detection_data(
+        str(tmp_path), seed=1, num_train=2, num_test=1, img_size=(64, 48))
     with open(paths['coco_val_ann']) as f:
         ann = json.load(f)
     assert [(i['width'], i['height']) for i in ann['images']] == [(64, 48)]
     with pytest.raises(ValueError, match='at least'):
-        TOOL.make_tiny_detection_data(str(tmp_path / 'x'), img_size=(16, 64))
+        make_tiny_detection_data(str(tmp_path / 'x'), img_size=(16, 64))

@@ -40,7 +40,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
     share of the images, so its ratio estimates the dataset's; the warnings
     of all workers together list every skipped file.
 
-    ``tools/check_images.py`` finds every unreadable file before a run,
+    ``tools/misc/check_images.py`` finds every unreadable file before a run,
     with the same decoding.
 
     Args:
@@ -102,10 +102,10 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
             raise UnreadableImageError(
                 f'Cannot load image {filename!r}: {reason}. Dataset: '
                 f'{dataset}. Fix: list every unreadable file with `python '
-                f'tools/check_images.py {folder} --out bad.txt` and remove or '
-                'replace them; or skip unreadable images while training '
-                'with skip_unreadable=True on CheckedLoadImageFromFile (the '
-                'folder config: --cfg-options '
+                f'tools/misc/check_images.py {folder} --out bad.txt` and '
+                'remove or replace them; or skip unreadable images while '
+                'training with skip_unreadable=True on '
+                'CheckedLoadImageFromFile (the folder config: --cfg-options '
                 'train_dataloader.dataset.pipeline.0.skip_unreadable=True), '
                 'which stops if more than max_unreadable_ratio of the loads '
                 'fail.')
@@ -121,7 +121,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
                 f'more than max_unreadable_ratio={self.max_unreadable_ratio}'
                 f' (dataset: {dataset}): {shown}. So many point to a wrong '
                 'folder or a damaged copy; check the data with `python '
-                f'tools/check_images.py {folder}`.')
+                f'tools/misc/check_images.py {folder}`.')
         print_log(
             f'CheckedLoadImageFromFile: skipped unreadable image '
             f'{filename!r} ({reason}); another image is loaded instead. '

@@ -6,6 +6,7 @@ import numpy as np
 from mmpretrain.datasets.transforms import ColorJitter
 from PIL import Image, ImageEnhance
 
+from mocoplug.compat.mmcv_hue import pillow_hue
 from mocoplug.registry import TRANSFORMS
 
 
@@ -22,17 +23,6 @@ def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
     hue += np.float32((hue_factor * 360) % 360)
     np.subtract(hue, 360, out=hue, where=hue >= 360)
     return cv2.convertScaleAbs(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB), alpha=255)
-
-
-def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
-    """mmcv's pillow ``adjust_hue`` (8-bit HSV), as patched by
-    :mod:`mocoplug.utils.mmcv_compat`, on a PIL image."""
-    h, s, v = pil_image.convert('HSV').split()
-    np_h = np.array(h, dtype=np.uint8)
-    with np.errstate(over='ignore'):
-        np_h += np.uint8(int(hue_factor * 255) % 256)
-    hsv = Image.merge('HSV', (Image.fromarray(np_h, 'L'), s, v))
-    return hsv.convert('RGB')
 
 
 @TRANSFORMS.register_module()

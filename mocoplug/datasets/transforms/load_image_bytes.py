@@ -49,7 +49,7 @@ class LoadImageBytes(BaseTransform):
             detail = ' '.join(str(e).split())
             raise UnreadableImageError(
                 f'{path}: cannot read the image header ({type(e).__name__}: '
-                f'{detail}); check the file with tools/check_images.py')
+                f'{detail}); check the file with tools/misc/check_images.py')
         if orientation in TRANSPOSING_ORIENTATIONS:
             width, height = height, width
         results['img_bytes'] = data

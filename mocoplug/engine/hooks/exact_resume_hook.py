@@ -72,8 +72,8 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
 from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
-from mocoplug.utils.random_state import get_random_state, set_random_state
 from mocoplug.utils.resume_fit import check_resume_fits
+from ..random_state import get_random_state, set_random_state
 from .checkpoint_schedule import checkpoint_due
 
 STATE_KEY = 'resume_state'

@@ -21,8 +21,9 @@ class KNNMonitorHook(Hook):
     the monitor used in `MoCo <https://arxiv.org/abs/1911.05722>`_'s
     ablations). Labels never reach the training loss. The accuracies (in
     percent) are logged and written to the visualizer backends as
-    ``knn/top1_k{k}``, so ``tools/plot_curves.py`` can draw them. Neither the
-    official MoCo code nor mmpretrain monitors kNN during pretraining.
+    ``knn/top1_k{k}``, so ``tools/analysis_tools/plot_curves.py`` can draw
+    them. Neither the official MoCo code nor mmpretrain monitors kNN during
+    pretraining.
 
     In a distributed run every rank encodes its share of both sets and
     keeps it on its device; the neighbours are searched shard by shard and

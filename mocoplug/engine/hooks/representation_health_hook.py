@@ -32,8 +32,8 @@ class RepresentationHealthHook(Hook):
     synchronised on the other iterations), measures the current batch and
     puts the figures in the message hub as ``train/health/*``: LoggerHook
     prints them and writes them to the json/scalars logs, and
-    ``tools/plot_curves.py`` draws them. Figures are those of this
-    process's batch (rank 0's is the one printed).
+    ``tools/analysis_tools/plot_curves.py`` draws them. Figures are those of
+    this process's batch (rank 0's is the one printed).
 
     What is measured (q: the L2-normalised query embeddings, for MoCo v3
     the predictor outputs of both views; k: their positive keys;

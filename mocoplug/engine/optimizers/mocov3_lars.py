@@ -74,7 +74,7 @@ class MoCoV3LARS(Optimizer):
             default) uses them when every parameter is on a GPU, where they
             save a kernel launch per operation and tensor; on CPU the loop
             over tensors was faster (each tensor stays in cache through its
-            operations; ``tools/benchmark_lars.py``).
+            operations; ``tools/benchmarks/benchmark.py lars``).
     """
 
     def __init__(self,

@@ -10,9 +10,10 @@ from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
+from mocoplug.datasets.labelled_folder import fill_data_root
 from mocoplug.registry import RUNNERS
-from mocoplug.utils import (enabled_default_hooks, fill_data_root,
-                            fill_pretrained, leave_process_group_at_exit)
+from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
+                            leave_process_group_at_exit)
 from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
                               has_accelerator, join_cpu_process_group)
 from .idle_workers import without_idle_persistent_workers
@@ -52,7 +53,7 @@ class MoCoRunner(Runner):
       e.g. a C4 detector's backbone and res5 head;
     - ``data_root=DIR`` reaches the labelled folder datasets of the
       ``*_folder`` configs, and their classes the head
-      (:func:`mocoplug.utils.fill_data_root`).
+      (:func:`mocoplug.datasets.fill_data_root`).
 
     While it runs:
 

@@ -43,7 +43,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         channels_last (bool): Keep the 4-D weights of both backbones and the
             input views in the channels-last memory format (faster
             convolutions on recent GPUs, and with oneDNN on CPU; measure
-            with ``tools/benchmark.py``). Defaults to False.
+            with ``tools/benchmarks/benchmark.py train``). Defaults to
+            False.
     """
 
     def __init__(self,
@@ -149,19 +150,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
 
     def views(self, inputs: Union[torch.Tensor, List[torch.Tensor]],
               algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The two views of a batch (see :meth:`two_views`), in the
-        channels-last format when ``channels_last`` is set."""
-        view_1, view_2 = self.two_views(inputs, algorithm)
-        if self.channels_last:
-            view_1 = view_1.contiguous(memory_format=torch.channels_last)
-            view_2 = view_2.contiguous(memory_format=torch.channels_last)
-        return view_1, view_2
-
-    @staticmethod
-    def two_views(inputs: Union[torch.Tensor, List[torch.Tensor]],
-                  algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Return the two augmented views of a batch, with a clear error when
-        the pipeline does not produce exactly two."""
+        """The two augmented views of a batch, in the channels-last format
+        when ``channels_last`` is set; a clear error when the pipeline does
+        not produce exactly two."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             got = (f'{len(inputs)} views' if isinstance(inputs, (list, tuple))
                    else f'a single {type(inputs).__name__}')
@@ -171,4 +162,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 "dict(type='MultiView', num_views=2, transforms=[...]) "
                 '(or num_views=[1, 1] with two transform lists) before '
                 'PackInputs.')
-        return inputs[0], inputs[1]
+        if not self.channels_last:
+            return inputs[0], inputs[1]
+        return tuple(
+            view.contiguous(memory_format=torch.channels_last)
+            for view in inputs)

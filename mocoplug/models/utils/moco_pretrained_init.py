@@ -39,12 +39,12 @@ class MoCoPretrainedInit(PretrainedInit):
 
     Tensors are taken from the keys under ``prefix`` (``'backbone.'``:
     mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints and
-    ``tools/extract_backbone.py``'s output; ``'module.encoder_q.'`` for the
-    official MoCo checkpoints), so the momentum encoder
-    (``momentum_encoder.*``) is never read. The same checkpoint can
-    initialise several modules: a C4 detector's backbone (stages 1-4) and
-    its res5 shared head (``layer4``) both use ``prefix='backbone.'`` and
-    each takes the keys it has.
+    ``tools/model_converters/extract_backbone.py``'s output;
+    ``'module.encoder_q.'`` for the official MoCo checkpoints), so the
+    momentum encoder (``momentum_encoder.*``) is never read. The same
+    checkpoint can initialise several modules: a C4 detector's backbone
+    (stages 1-4) and its res5 shared head (``layer4``) both use
+    ``prefix='backbone.'`` and each takes the keys it has.
 
     Unlike mmengine's ``Pretrained``, whose arguments it takes, it logs a
     report (loaded / missing / unexpected / shape-mismatched tensors) and

@@ -461,7 +461,7 @@ def test_load_state_dict_refuses_another_optimizers_buffers():
 def test_step_reads_no_tensor_value_on_the_host(foreach, monkeypatch):
     """No .item(), no Python test of a tensor: on a GPU such a read
     synchronises (mmpretrain's LARS does two per weight). The GPU count
-    itself is in tools/benchmark_lars.py (torch's sync debug mode)."""
+    itself is in ``benchmark.py lars`` (torch's sync debug mode)."""
     params = initial_params()
     grads = gradients(params)
 

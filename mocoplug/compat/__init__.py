@@ -1,0 +1,48 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""The compatibility patches ``import mocoplug`` applies, each stated once.
+
+1. :mod:`.checkpoint`: torch >= 2.6 loads with ``weights_only=True``, which
+   refuses the message hub objects mmengine 0.10.7 writes into its own
+   checkpoints; mmengine's local loader is replaced by one that allows
+   exactly those types (``MOCOPLUG_TRUST_CHECKPOINTS=1`` lifts the limit).
+2. :mod:`.mmcv_hue`: mmcv 2.1.0's ``adjust_hue`` overflows under
+   numpy >= 2 on a negative hue shift; it is replaced by the same code with
+   the shift wrapped modulo 256 (only where numpy shows the problem).
+3. :mod:`.config_package`: mmengine resolves ``package::path`` bases only
+   for the packages it knows; ``mocoplug::`` is added.
+4. mmcv-lite's warning that ``MultiScaleDeformableAttention`` needs the
+   full mmcv is silenced: no mocoplug component uses that op.
+"""
+import warnings
+
+from .checkpoint import (load_from_local, register_checkpoint_loader,
+                         trusted_globals)
+from .config_package import register_config_package
+from .mmcv_hue import patch_adjust_hue
+
+
+def silence_mmcv_lite_warning() -> None:
+    """Hide mmcv-lite's ``MultiScaleDeformableAttention`` import warning,
+    which mmpretrain's models trigger in every pretraining log."""
+    warnings.filterwarnings(
+        'ignore',
+        message='Fail to import ``MultiScaleDeformableAttention``',
+        category=UserWarning,
+        module='mmcv.cnn.bricks.transformer')
+
+
+def apply_patches() -> None:
+    """Apply patches 1-4 (each is idempotent)."""
+    register_checkpoint_loader()
+    patch_adjust_hue()
+    register_config_package()
+    silence_mmcv_lite_warning()
+
+
+apply_patches()
+
+__all__ = [
+    'apply_patches', 'load_from_local', 'patch_adjust_hue',
+    'register_checkpoint_loader', 'register_config_package',
+    'silence_mmcv_lite_warning', 'trusted_globals'
+]

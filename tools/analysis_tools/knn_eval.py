@@ -1,0 +1,156 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Weighted kNN top-1 of a pretrained backbone (no training).
+
+The config gives the backbone (`model`, whose backbone init_cfg is
+mocoplug's Pretrained initialiser), `knn_memory_dataloader`,
+`knn_query_dataloader` and `knn = dict(topk=..., temperature=...)`; see
+configs/benchmarks/knn_*.py.
+
+    python tools/analysis_tools/knn_eval.py \\
+        configs/benchmarks/knn_r50_in1k.py CKPT
+    torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \\
+        --launcher pytorch
+
+Your own labelled images (mmpretrain CustomDataset layout, one sub-folder
+per class) instead of the config's data, with the config's test pipeline:
+
+    python tools/analysis_tools/knn_eval.py \\
+        configs/benchmarks/knn_r50_in1k.py CKPT --data-root /path/to/folder
+
+With FOLDER/train/<class>/* and FOLDER/val/<class>/*, the train images are
+the memory and the val images the queries; a FOLDER/<class>/* tree without
+train/ and val/ is evaluated leave-one-out (every image is classified by
+its nearest other images).
+"""
+import argparse
+import json
+import os
+import os.path as osp
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.dist import get_rank, init_dist
+from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
+
+import mocoplug  # noqa: F401
+from mocoplug.datasets import labelled_folder_classes
+from mocoplug.evaluation import (extract_feature_shard,
+                                 sharded_weighted_knn_accuracy)
+from mocoplug.registry import MODELS
+from mocoplug.utils import fill_pretrained
+
+REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
+
+
+def use_labelled_folder(cfg: Config, root: str) -> bool:
+    """Point the memory and query sets at a labelled folder (mmpretrain
+    ``CustomDataset``, keeping each loader's pipeline).
+
+    Returns:
+        bool: True when the folder has no train/ and val/ splits, so the
+        evaluation is leave-one-out over the whole folder.
+    """
+    if not osp.isdir(root):
+        raise SystemExit(f'--data-root {root!r} is not a folder')
+    split = all(osp.isdir(osp.join(root, s)) for s in ('train', 'val'))
+    prefixes = ('train', 'val') if split else ('', '')
+    classes = [labelled_folder_classes(osp.join(root, p)) for p in prefixes]
+    if classes[0] != classes[1]:
+        raise SystemExit(
+            f'--data-root {root!r}: train/ has the classes {classes[0]} but '
+            f'val/ has {classes[1]}; both need the same class sub-folders.')
+    for field, prefix in zip(REQUIRED[1:], prefixes):
+        cfg[field].dataset = dict(
+            type='CustomDataset',
+            data_root=root,
+            data_prefix=prefix,
+            with_label=True,
+            pipeline=cfg[field].dataset.pipeline)
+    return not split
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('config', help='kNN config (configs/benchmarks/)')
+    parser.add_argument('checkpoint', help='MoCo checkpoint to evaluate')
+    parser.add_argument(
+        '--data-root',
+        help='evaluate on this labelled folder instead of the config data: '
+        'DIR/train/<class>/* as memory and DIR/val/<class>/* as queries, or '
+        'DIR/<class>/* leave-one-out')
+    parser.add_argument('--out', help='also write the figures to this JSON')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, key=value pairs')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    missing = [k for k in REQUIRED if k not in cfg]
+    if missing:
+        raise SystemExit(f'{args.config} lacks {missing}: start from '
+                         'configs/benchmarks/knn_r50_in1k.py')
+    leave_one_out = False
+    if args.data_root:
+        leave_one_out = use_labelled_folder(cfg, args.data_root)
+    cfg.pretrained = args.checkpoint
+    fill_pretrained(cfg)
+    if args.launcher != 'none':
+        init_dist(args.launcher)
+    knn = dict(topk=(20, 200), temperature=0.07)
+    knn.update(cfg.get('knn', {}))
+
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        model_cfg = cfg.model.copy()
+        if 'data_preprocessor' in cfg:
+            model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+        model = MODELS.build(model_cfg)
+        model.init_weights()
+        if torch.cuda.is_available():
+            model = model.cuda()
+        loaders = [
+            Runner.build_dataloader(cfg[k], seed=0)
+            for k in REQUIRED[1:2 if leave_one_out else 3]
+        ]
+    num_classes = len(loaders[0].dataset.metainfo.get('classes') or ())
+    if not num_classes:
+        raise SystemExit('the memory dataset declares no classes')
+    # every rank keeps its shard of the features on its device
+    bank = extract_feature_shard(model, loaders[0], model.backbone)
+    query = bank if leave_one_out else extract_feature_shard(
+        model, loaders[1], model.backbone)
+    # knn: topk, temperature and optionally query_chunk, bank_chunk
+    results = sharded_weighted_knn_accuracy(
+        query, bank, num_classes, exclude_self=leave_one_out, **knn)
+    if get_rank() != 0:
+        return None
+    num_query = len(loaders[-1].dataset)
+    num_bank = len(loaders[0].dataset)
+    protocol = (f'leave-one-out over {num_bank} images' if leave_one_out else
+                f'on {num_query} queries, {num_bank} memory images')
+    print(f'weighted kNN (t={knn["temperature"]}) {protocol}: ' +
+          ', '.join(f'{k} {v:.2f}' for k, v in results.items()))
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == '__main__':
+    main()

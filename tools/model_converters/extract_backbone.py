@@ -1,0 +1,144 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Extract the query encoder's backbone from a MoCo checkpoint.
+
+Formats (--format):
+  mmpretrain   {'state_dict': {'backbone.*': ...}} for mmpretrain/mmdet
+               (init_cfg=dict(type='Pretrained', checkpoint=OUT,
+               prefix='backbone.')) and mocoplug's Pretrained initialiser.
+  torchvision  a plain torchvision ResNet state_dict (torch.load it into
+               torchvision.models.resnet50(); only `fc.*` stays missing).
+  detectron2   a .pkl in detectron2's naming (stem., res2-5, conv*.norm,
+               shortcut), as the official MoCo converter writes it.
+
+Works with mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints
+(`backbone.*`) and the official ones (`module.encoder_q.*`). The key
+encoder (`momentum_encoder.*`, `encoder_k.*`) is never exported.
+
+    python tools/model_converters/extract_backbone.py \\
+        work_dirs/.../epoch_200.pth r50.pth
+    python tools/model_converters/extract_backbone.py CKPT r50.pkl \\
+        --format detectron2
+"""
+import argparse
+import os
+import os.path as osp
+import pickle
+import re
+from collections import OrderedDict
+from typing import Dict, Optional, Tuple
+
+import torch
+from mmengine.runner.checkpoint import _load_checkpoint
+
+import mocoplug  # noqa: F401  (mmengine checkpoints under torch >= 2.6)
+
+# query-encoder prefixes, most specific first; `fc.` after them is the
+# official code's projection head, not part of the backbone
+QUERY_PREFIXES = ('backbone.', 'module.encoder_q.', 'encoder_q.',
+                  'module.base_encoder.', 'base_encoder.')
+FORMATS = ('mmpretrain', 'torchvision', 'detectron2')
+
+
+def query_backbone(
+        state: Dict[str, torch.Tensor],
+        prefix: Optional[str] = None) -> Tuple[Dict[str, torch.Tensor], str]:
+    """The query encoder's backbone tensors, prefix removed."""
+    candidates = (prefix, ) if prefix else QUERY_PREFIXES
+    for cand in candidates:
+        found = OrderedDict(
+            (k[len(cand):], v) for k, v in state.items() if k.startswith(cand))
+        if found:
+            if cand != 'backbone.':  # official checkpoints carry the MLP
+                found = OrderedDict((k, v) for k, v in found.items()
+                                    if not k.startswith(('fc.', 'head.')))
+            return found, cand
+    starts = sorted({k.split('.')[0] for k in state})
+    raise ValueError(
+        'No query-encoder weights in this checkpoint: no key starts with '
+        f'{" or ".join(repr(c) for c in candidates)} (its keys start with '
+        f'{starts}). Pass --prefix with the query encoder\'s prefix; the key '
+        'encoder is never exported.')
+
+
+def to_detectron2(backbone: Dict[str, torch.Tensor]) -> Dict[str, object]:
+    """Rename torchvision-style ResNet keys as detectron2 does."""
+    out = OrderedDict()
+    for key, value in backbone.items():
+        if not key.startswith('layer'):
+            key = 'stem.' + key
+        key = re.sub(r'layer(\d)', lambda m: f'res{int(m.group(1)) + 1}', key)
+        key = re.sub(r'bn(\d)', r'conv\1.norm', key)
+        key = key.replace('downsample.0',
+                          'shortcut').replace('downsample.1', 'shortcut.norm')
+        out[key] = value.detach().cpu().numpy()
+    return out
+
+
+def torchvision_report(backbone: Dict[str, torch.Tensor]) -> Optional[str]:
+    """Load into the matching torchvision ResNet; report what does not fit."""
+    try:
+        import torchvision
+    except ImportError:
+        return None
+    blocks = {i for k in backbone for i in re.findall(r'^layer3\.(\d+)\.', k)}
+    bottleneck = any('conv3' in k for k in backbone)
+    depth = {
+        (6, True): 50,
+        (23, True): 101,
+        (36, True): 152,
+        (2, False): 18,
+        (6, False): 34
+    }.get((len(blocks), bottleneck))
+    if depth is None:
+        return 'not a torchvision ResNet layout; no check done'
+    net = getattr(torchvision.models, f'resnet{depth}')()
+    result = net.load_state_dict(backbone, strict=False)
+    return (f'torchvision resnet{depth}: missing {result.missing_keys or []}'
+            f', unexpected {result.unexpected_keys or []}')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('checkpoint', help='MoCo checkpoint')
+    parser.add_argument('out', help='output file')
+    parser.add_argument('--format', choices=FORMATS, default='mmpretrain')
+    parser.add_argument(
+        '--prefix', help='query-encoder key prefix (default: detected)')
+    args = parser.parse_args(argv)
+
+    ckpt = _load_checkpoint(args.checkpoint, map_location='cpu')
+    state = ckpt.get('state_dict', ckpt.get('model', ckpt)) \
+        if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise SystemExit(f'{args.checkpoint} holds no state dict')
+    backbone, prefix = query_backbone(state, args.prefix)
+    skipped = [k for k in state if not k.startswith(prefix)]
+    print(f'query encoder: {len(backbone)} tensors under {prefix!r}; '
+          f'left out {len(skipped)} others (key encoder, neck, queue, ...)')
+    report = torchvision_report(backbone)
+    if report:
+        print(report)
+
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    meta = dict(source=osp.abspath(args.checkpoint), prefix=prefix)
+    if args.format == 'mmpretrain':
+        torch.save(
+            dict(
+                state_dict=OrderedDict(
+                    (f'backbone.{k}', v) for k, v in backbone.items()),
+                meta=meta), args.out)
+    elif args.format == 'torchvision':
+        torch.save(backbone, args.out)
+    else:
+        with open(args.out, 'wb') as f:
+            pickle.dump(
+                dict(
+                    model=to_detectron2(backbone),
+                    __author__='mocoplug',
+                    matching_heuristics=True), f)
+    print(f'wrote {args.out} ({args.format})')
+    return backbone
+
+
+if __name__ == '__main__':
+    main()
