@@ -1,9 +1,9 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Every path, command and test that README.md and docs/ name is real.
 
-Each test collects every problem before failing and lists them all, one
-line each, ``FILE:LINE: reference (what is wrong)``, so that a moved file
-shows every page to fix at once.
+Each test collects every problem before failing and lists them all, each
+broken reference once with every ``FILE:LINE`` that uses it, so that a
+moved file shows every page to fix at once.
 """
 import glob
 import itertools
@@ -27,7 +27,7 @@ PATH = re.compile(r'(?<![\w/.$~-])'
                   r'/[\w./{},*-]*[\w}*/])'
                   r'(?:::(\w+))?')
 LONE_TEST = re.compile(r'`::(\w+)')
-LINK = re.compile(r'\]\(([^)\s#]+)(?:#[^)]*)?\)')
+LINK = re.compile(r'\]\(([^)\s#]*)(?:#([^)\s]*))?\)')
 CODE = re.compile(r'```\w*\n(.*?)```|`([^`\n]+)`', re.S)
 MAKE = re.compile(r'(?:^|[\s;&|(])make\s+([a-z][\w-]*)')
 BENCHMARK = re.compile(r'tools/benchmarks/benchmark\.py\s+([a-z][\w-]*)')
@@ -81,8 +81,24 @@ def code_spans(text: str):
 
 
 def report(problems: list) -> str:
-    return (f'{len(problems)} reference(s) in README.md/docs that are not '
-            'real:\n' + '\n'.join(sorted(set(problems))))
+    """One line per broken reference, then where the pages use it:
+
+        configs/x.py (missing)
+            README.md:12, docs/user_guides/pretraining.md:40
+    """
+    where = {}
+    for problem, page, line in problems:
+        where.setdefault(problem, set()).add((page, line))
+    lines = [
+        f'{len(where)} reference(s) in README.md/docs/ are not real '
+        f'({len(problems)} uses):'
+    ]
+    for problem in sorted(where):
+        lines.append(f'  {problem}')
+        lines.append('      ' +
+                     ', '.join(f'{page}:{line}'
+                               for page, line in sorted(where[problem])))
+    return '\n'.join(lines)
 
 
 def test_the_pages_exist():
@@ -102,9 +118,9 @@ def test_every_referenced_path_exists():
             continue
         if '*' in path:
             if not glob.glob(os.path.join(ROOT, path)):
-                problems.append(f'{page}:{line}: {path} (matches no file)')
+                problems.append((f'{path} (matches no file)', page, line))
         elif not os.path.exists(os.path.join(ROOT, path)):
-            problems.append(f'{page}:{line}: {path} (missing)')
+            problems.append((f'{path} (missing)', page, line))
     assert not problems, report(problems)
 
 
@@ -118,22 +134,40 @@ def test_every_named_test_exists():
         with open(os.path.join(ROOT, path)) as f:
             source = f.read()
         if not re.search(rf'^\s*(?:def|class) {name}\b', source, re.M):
-            problems.append(f'{page}:{line}: {path}::{name} (no such test)')
+            problems.append((f'{path}::{name} (no such test)', page, line))
     assert not problems, report(problems)
 
 
+def anchors(path: str) -> set:
+    """The anchors GitHub gives a Markdown file's headings: lower case,
+    punctuation other than - and _ dropped, spaces as -."""
+    with open(path) as f:
+        headings = re.findall(r'^#+\s+(.*?)\s*$', f.read(), re.M)
+    return {
+        re.sub(r'[^\w\- ]', '', heading.lower()).replace(' ', '-')
+        for heading in headings
+    }
+
+
 def test_every_relative_link_resolves():
+    """Links between the pages (and into the repository) point to a file
+    that exists and, with #anchor, to one of its headings."""
     problems = []
     for page, text in pages():
         for m in LINK.finditer(text):
-            target = m.group(1)
+            target, anchor = m.group(1), m.group(2)
             if re.match(r'[a-z]+:', target):  # http:, https:, mailto:
                 continue
             path = os.path.normpath(
-                os.path.join(ROOT, os.path.dirname(page), target))
+                os.path.join(ROOT, os.path.dirname(page), target
+                             or os.path.basename(page)))
+            where = (page, line_of(text, m.start()))
             if not os.path.exists(path):
-                problems.append(f'{page}:{line_of(text, m.start())}: '
-                                f'{target} (link target missing)')
+                problems.append((f'{target} (link target missing)', ) + where)
+            elif anchor and path.endswith('.md') and anchor not in anchors(
+                    path):
+                problems.append((f'{target}#{anchor} (no such heading)', ) +
+                                where)
     assert not problems, report(problems)
 
 
@@ -145,9 +179,9 @@ def test_every_make_command_names_a_target():
             for m in MAKE.finditer(code):
                 if m.group(1) not in targets:
                     problems.append(
-                        f'{page}:{line_of(text, offset)}: make {m.group(1)} '
-                        f'(no such target in Makefile; targets: '
-                        f'{", ".join(sorted(targets))})')
+                        (f'make {m.group(1)} (no such target in Makefile: '
+                         f'{", ".join(sorted(targets))})', page,
+                         line_of(text, offset)))
     assert not problems, report(problems)
 
 
@@ -163,9 +197,9 @@ def test_every_benchmark_sub_command_exists():
             with open(cli) as f:
                 declared = f.read()
             if f"'{m.group(1)}'" not in declared:
-                problems.append(f'{page}:{line_of(text, m.start())}: '
-                                f'benchmark.py {m.group(1)} (no such '
-                                'sub-command)')
+                problems.append(
+                    (f'tools/benchmarks/benchmark.py {m.group(1)} (no such '
+                     'sub-command)', page, line_of(text, m.start())))
     assert not problems, report(problems)
 
 
