@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
 from collections import OrderedDict
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -69,9 +69,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             data_preprocessor=build_module(data_preprocessor),
             init_cfg=init_cfg)
         self.channels_last = channels_last
-        # In-place write counts of the (online, momentum) parameters at the
-        # first training forward; None once the key encoder was seen moving.
+        # See check_key_encoder_moves().
         self._versions_at_start: Optional[Tuple[int, int]] = None
+        self._optimizer_stepped = False
         self._key_encoder_seen_moving = False
 
     def build_momentum_encoder(self) -> None:
@@ -112,6 +112,16 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         for online, momentum in self.momentum_pairs():
             momentum.load_state_dict(online.state_dict())
 
+    def train_step(self, data: Union[dict, tuple, list],
+                   optim_wrapper) -> Dict[str, torch.Tensor]:
+        """mmengine's training step; notes whether the optimizer stepped,
+        for :meth:`check_key_encoder_moves`."""
+        log_vars = super().train_step(data, optim_wrapper)
+        should_update = getattr(optim_wrapper, 'should_update', None)
+        if callable(should_update) and should_update():
+            self._optimizer_stepped = True
+        return log_vars
+
     def forward(self,
                 inputs: Union[torch.Tensor, List[torch.Tensor]],
                 data_samples: Optional[list] = None,
@@ -123,12 +133,12 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         return super().forward(inputs, data_samples, mode)
 
     def check_key_encoder_moves(self) -> None:
-        """Raise once the online encoder was updated in place (an optimizer
-        step) while the momentum encoder was not (no momentum update).
+        """Raise when an optimizer step has run (seen by :meth:`train_step`,
+        or under DDP by the in-place write counters torch keeps on the
+        online parameters) but the momentum encoder was never written.
 
-        Reads the in-place write counters torch keeps on every tensor, so it
-        needs no host sync and holds under gradient accumulation; once the
-        key encoder has moved it is not checked again.
+        No host sync, and no false alarm under gradient accumulation; once
+        the key encoder has moved it is not checked again.
         """
         if self._key_encoder_seen_moving:
             return
@@ -143,7 +153,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             self._versions_at_start = versions
         elif versions[1] != start[1]:
             self._key_encoder_seen_moving = True
-        elif versions[0] != start[0]:
+        elif self._optimizer_stepped or versions[0] != start[0]:
             raise RuntimeError(
                 f'{type(self).__name__}: an optimizer step updated the '
                 'query encoder but nothing updated the momentum (key) '

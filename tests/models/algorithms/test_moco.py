@@ -366,15 +366,18 @@ def test_bad_configs_name_the_field():
         model.loss(torch.randn(2, 3, 32, 32), None)
 
 
-def test_second_step_without_the_hook_fails_loudly():
+@pytest.mark.parametrize('fused', [False, True])
+def test_second_step_without_the_hook_fails_loudly(fused):
     """train_step outside a Runner: the step after an optimizer step that
-    left the key encoder frozen raises; with the update it trains on."""
+    left the key encoder frozen raises; with the update it trains on. A
+    fused optimizer (which leaves torch's in-place counters alone) too."""
     data = dict(
         inputs=[torch.randn(2, 3, 32, 32) for _ in range(2)],
         data_samples=samples(range(2)))
     for update in (False, True):
         model = tiny_moco()
-        wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+        wrapper = OptimWrapper(
+            torch.optim.SGD(model.parameters(), lr=0.1, fused=fused))
         hook = MomentumUpdateHook(momentum=0.99)
         hook.attach(model)
         model.train_step(data, wrapper)
