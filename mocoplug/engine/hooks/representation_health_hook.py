@@ -31,8 +31,8 @@ class RepresentationHealthHook(Hook):
     loss head (``InfoNCEHead``) sees what the loss sees: the queries, their
     positive keys and the negatives (nothing is kept, computed or
     synchronised on the other iterations, and nothing is written onto the
-    model). The hook measures the current batch and
-    puts the figures in the message hub as ``train/health/*``: LoggerHook
+    model). The hook measures the current batch and puts the figures in
+    the message hub as ``train/health/*``: LoggerHook
     prints them and writes them to the json/scalars logs, and
     ``tools/plot_curves.py`` draws them. Figures are those of this
     process's batch (rank 0's is the one printed).
