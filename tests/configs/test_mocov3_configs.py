@@ -420,7 +420,9 @@ def test_pretraining_config_trains_on_cpu(name, base_lr, tmp_path):
     # the momentum hook ran after each step with the cosine m_t, t / T:
     # 1/2 -> 1 - 0.01 (cos(pi / 2) + 1) / 2 = 0.995, 2/2 -> 1
     assert rec.momenta == pytest.approx([0.995, 1.0])
-    assert model.num_momentum_updates == ITERS
+    assert next(
+        h for h in runner.hooks
+        if type(h).__name__ == 'MomentumUpdateHook').num_updates == ITERS
     # the query encoder learned; the predictor is trained too
     state = model.state_dict()
     for key in ('backbone.layer4.1.conv2.weight', 'backbone.layers.11.ln1.'

@@ -29,7 +29,6 @@ class Pair(nn.Module):
             ResNet(depth=depth),
             MoCoProjectionNeck(2048 if depth >= 50 else 512, 2048, 128))
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.num_momentum_updates = 0
 
     def momentum_pairs(self):
         return [(self.online, self.target)]

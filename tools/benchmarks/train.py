@@ -188,7 +188,7 @@ def build_mocov2(args, size: int):
         data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR))
     theirs.backbone.load_state_dict(ours.backbone.state_dict())
     copy_state(ours.neck, theirs.neck)
-    theirs.queue.copy_(ours.queue.keys.t())
+    theirs.queue.copy_(ours.queue().t())
     return ours, theirs, 0.999, tau
 
 
@@ -297,7 +297,7 @@ class FloorMoCo(nn.Module):
         self.key_encoder = nn.Sequential(
             copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
         self.key_encoder.requires_grad_(False)
-        self.register_buffer('queue', ours.queue.keys.clone())
+        self.register_buffer('queue', ours.queue().clone())
         self.ptr = 0
         self.tau, self.momentum = tau, momentum
         self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
@@ -470,65 +470,49 @@ def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
     every piece (the same calls as MoCo.loss and MoCo.train_step)."""
     model, hook, wrapper, samples = ours_bundle
     queue = model.queue
-    write_times = []
-    write_pending = queue._write_pending
-
-    def timed_write():  # the deferred queue write, inside the backward
-        sync(args.device)
-        start = time.perf_counter()
-        write_pending()
-        sync(args.device)
-        write_times.append((time.perf_counter() - start) * 1000)
-
-    queue._write_pending = timed_write
     pieces = {}
-    try:
-        for i in range(args.warmup + args.steps):
-            raw = batches[i % len(batches)]
-            marks = []
+    for i in range(args.warmup + args.steps):
+        raw = batches[i % len(batches)]
+        marks = []
 
-            def mark(name):
-                sync(args.device)
-                marks.append((name, time.perf_counter()))
+        def mark(name):
+            sync(args.device)
+            marks.append((name, time.perf_counter()))
 
-            mark('start')
-            data = model.data_preprocessor(
-                dict(inputs=list(raw), data_samples=samples), True)
-            with wrapper.optim_context(model):
-                im_q, im_k = model.views(data['inputs'], 'MoCo')
-                mark('preprocess')
-                feat = model.neck(model.backbone(im_q))[0]
-                mark('query forward')
-                query = F.normalize(feat.float(), dim=1)
-                key = model.encode_keys(im_k)
-                mark('key forward (incl. Shuffle BN)')
-                losses = model.head.loss_against(query, key, queue.read(query))
-                loss, _ = model.parse_losses(losses)
-                mark('logits + loss forward')
-                queue.enqueue(key)
-                mark('queue update')
-            n_writes = len(write_times)
-            (grad, ) = torch.autograd.grad(_scaled(wrapper, loss), feat)
-            mark('logits + loss backward')
-            feat.backward(grad)
-            mark('query backward')
-            wrapper.step()
-            wrapper.zero_grad()
-            mark('optimizer')
-            hook.update(hook.momentum)
-            mark('momentum update')
-            if i < args.warmup:
-                continue
-            write = sum(write_times[n_writes:])
-            for (_, t0), (name, t1) in zip(marks, marks[1:]):
-                ms = (t1 - t0) * 1000
-                if name == 'logits + loss backward':
-                    ms -= write
-                elif name == 'queue update':
-                    ms += write
-                pieces.setdefault(name, []).append(ms)
-    finally:
-        queue._write_pending = write_pending
+        mark('start')
+        data = model.data_preprocessor(
+            dict(inputs=list(raw), data_samples=samples), True)
+        with wrapper.optim_context(model):
+            im_q, im_k = model.views(data['inputs'], 'MoCo')
+            mark('preprocess')
+            feat = model.neck(model.backbone(im_q))[0]
+            mark('query forward')
+            query = F.normalize(feat.float(), dim=1)
+            key = model.encode_keys(im_k)
+            mark('key forward (incl. Shuffle BN)')
+            negatives = queue()  # writes the previous step's keys
+            mark('queue update')
+            losses = model.head(query, key, negatives)
+            loss, _ = model.parse_losses(losses)
+            mark('logits + loss forward')
+            queue.enqueue(key)
+            mark('queue update')
+        (grad, ) = torch.autograd.grad(_scaled(wrapper, loss), feat)
+        mark('logits + loss backward')
+        feat.backward(grad)
+        mark('query backward')
+        wrapper.step()
+        wrapper.zero_grad()
+        mark('optimizer')
+        hook.update(hook.momentum)
+        mark('momentum update')
+        if i < args.warmup:
+            continue
+        step = {}
+        for (_, t0), (name, t1) in zip(marks, marks[1:]):
+            step[name] = step.get(name, 0.0) + (t1 - t0) * 1000
+        for name, ms in step.items():
+            pieces.setdefault(name, []).append(ms)
     return {name: statistics.median(v) for name, v in pieces.items()}
 
 

@@ -17,6 +17,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 
 from mocoplug.registry import HOOKS
+from .momentum_update_hook import MomentumUpdateHook
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
 
@@ -234,6 +235,17 @@ def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
     return plain
 
 
+def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
+    """A model with a momentum encoder needs ``MomentumUpdateHook``."""
+    if not any(isinstance(hook, MomentumUpdateHook) for hook in hooks):
+        raise ValueError(
+            f'{type(model).__name__} has a momentum (key) encoder but no '
+            'MomentumUpdateHook is registered, so it would stay frozen at '
+            'its initial weights. Add it to the config: custom_hooks = '
+            "[dict(type='MomentumUpdateHook', momentum=0.999)] (MoCo "
+            "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo v3).")
+
+
 @HOOKS.register_module()
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup before the first batch is loaded.
@@ -253,7 +265,9 @@ class MoCoConfigCheckHook(Hook):
     - ``exclude_same_instance=True`` vs a dataset or pipeline that yields
       no unique ``sample_idx`` (:func:`check_sample_idx`);
     - MoCo v3 on more than one GPU without SyncBN: a warning
-      (:func:`warn_without_sync_bn`).
+      (:func:`warn_without_sync_bn`);
+    - no ``MomentumUpdateHook`` registered, so the key encoder would stay
+      frozen (:func:`check_momentum_hook`).
 
     Other models are left alone. On by default through
     ``configs/_base_/default_runtime.py``.
@@ -265,6 +279,7 @@ class MoCoConfigCheckHook(Hook):
         model = get_ori_model(runner.model)
         if not hasattr(model, 'momentum_pairs'):  # not a MoCo model
             return
+        check_momentum_hook(model, runner.hooks)
         loader = runner.train_dataloader
         world_size = get_world_size()
         check_equal_batches(model, loader, world_size)

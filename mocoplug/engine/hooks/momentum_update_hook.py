@@ -50,7 +50,10 @@ class MomentumUpdateHook(Hook):
     does) would pair them with another network.
 
     Under gradient accumulation the update runs once per real optimizer
-    step. Wrapped (DDP) and bare models are both handled.
+    step. Wrapped (DDP) and bare models are both handled. The hook only
+    reads the model's ``momentum_pairs()``; it counts its updates in
+    ``num_updates``. Outside a Runner, call :meth:`attach` once and
+    :meth:`update` after every optimizer step.
 
     Args:
         momentum (float): m, or m_0 for the cosine schedule. Defaults to
@@ -86,7 +89,8 @@ class MomentumUpdateHook(Hook):
         self.end_momentum = end_momentum
         self._online: List[torch.Tensor] = []
         self._target: List[torch.Tensor] = []
-        self._model: Optional[torch.nn.Module] = None
+        self._attached = False
+        self.num_updates = 0
 
     def momentum_at(self, step: int, max_steps: int) -> float:
         """The momentum m of the update that prepares step ``step``."""
@@ -120,17 +124,16 @@ class MomentumUpdateHook(Hook):
             online += [p for p in src if p.is_floating_point()]
             target += [p for p in dst if p.is_floating_point()]
         self._online, self._target = online, target
-        self._model = model
-        model.momentum_hook_attached = True
+        self._attached = True
 
     @torch.no_grad()
     def update(self, momentum: float) -> None:
         """Apply one update with the given m to the attached model."""
-        if self._model is None:
+        if not self._attached:
             raise RuntimeError('MomentumUpdateHook.update() before attach()')
         if momentum < 1.0:
             torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
-        self._model.num_momentum_updates += 1
+        self.num_updates += 1
 
     def after_train_iter(self,
                          runner: Runner,

@@ -13,6 +13,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mocoplug.evaluation import (alignment, embedding_std,
                                  relative_parameter_distance, uniformity)
+from mocoplug.models.utils import at_least_float32
 from mocoplug.registry import HOOKS
 
 #: The scalars the hook logs, as ``health/<name>`` (message hub: train/...).
@@ -26,11 +27,12 @@ class RepresentationHealthHook(Hook):
 
     A MoCo run whose loss "plateaus" is often a silent failure: every image
     mapped onto (almost) one vector, or BatchNorm leaking which key is the
-    positive. On the iterations it checks, the hook asks the model to keep
-    the detached query and key embeddings of the training step (MoCo and
-    MoCoV3 do so in ``stash_for_monitor``; nothing is kept, computed or
-    synchronised on the other iterations), measures the current batch and
-    puts the figures in the message hub as ``train/health/*``: LoggerHook
+    positive. On the iterations it checks, a forward hook on the model's
+    loss head (``InfoNCEHead``) sees what the loss sees: the queries, their
+    positive keys and the negatives (nothing is kept, computed or
+    synchronised on the other iterations, and nothing is written onto the
+    model). The hook measures the current batch and puts the figures in
+    the message hub as ``train/health/*``: LoggerHook
     prints them and writes them to the json/scalars logs, and
     ``tools/analysis_tools/plot_curves.py`` draws them. Figures are those of
     this process's batch (rank 0's is the one printed).
@@ -60,12 +62,12 @@ class RepresentationHealthHook(Hook):
       about -3.8). Measured here: -1.8 to -2.1 through a healthy digits
       run (64-d, many near-identical images), 0.000 in a collapsed one.
     - ``pos_sim`` / ``neg_sim``: mean cosine of a query with its positive
-      key and with its negatives: the queue for MoCo v1/v2 (and MoCo v3
-      with a queue; the keys this step enqueued are left out, so a query's
-      own key never counts as a negative), the other keys of the batch for
-      MoCo v3. Healthy: pos_sim rising well above neg_sim, neg_sim near 0
-      (negatives spread out). pos_sim near 1 from the first iterations
-      with a fast-falling loss: the task is too easy, e.g. BN leak. They
+      key and with the negatives its loss used: the queue for MoCo v1/v2
+      (and MoCo v3 with a queue), the other keys of the batch for MoCo v3;
+      negatives the loss masks out are left out here too. Healthy: pos_sim
+      rising well above neg_sim, neg_sim near 0 (negatives spread out).
+      pos_sim near 1 from the first iterations with a fast-falling loss:
+      the task is too easy, e.g. BN leak. They
       can look fine in a collapse: in the digits run with the plain MLP
       (all queries on one drifting vector, keys of older encoder states in
       the queue) pos_sim was 0.56 and neg_sim 0.06 at a contrastive
@@ -143,11 +145,13 @@ class RepresentationHealthHook(Hook):
         self._published = False
         self._online: List[torch.Tensor] = []
         self._target: List[torch.Tensor] = []
+        self._observed: Optional[dict] = None
+        self._handle = None
 
     def before_train(self, runner: Runner) -> None:
         """Bind to the model and align the checks with the LoggerHook."""
         model = get_ori_model(runner.model)
-        if not (callable(getattr(model, 'stash_for_monitor', None))
+        if not (isinstance(getattr(model, 'head', None), nn.Module)
                 and callable(getattr(model, 'momentum_pairs', None))):
             runner.logger.info(
                 f'RepresentationHealthHook: {type(model).__name__} has no '
@@ -176,7 +180,39 @@ class RepresentationHealthHook(Hook):
             ]
         self._online, self._target = online, target
         self._model = model
+        self._handle = model.head.register_forward_hook(self.observe)
         self.enabled = True
+
+    def after_train(self, runner: Runner) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    @torch.no_grad()
+    def observe(self, head: nn.Module, args: tuple, output: dict) -> None:
+        """Forward hook of the loss head, ``head(query, key, negatives,
+        neg_mask=None)``: on a checked iteration, keep the detached
+        embeddings and the sum of the query-negative cosines."""
+        if not self._checking:
+            return
+        query, key, negatives = (
+            at_least_float32(t.detach()) for t in args[:3])
+        mask = args[3] if len(args) > 3 else None
+        with torch.autocast(query.device.type, enabled=False):
+            sims = query @ negatives.to(query.dtype).t()
+        if mask is None:
+            neg_sum, neg_count = sims.sum(), max(sims.numel(), 1)
+        else:
+            keep = ~mask
+            neg_sum, neg_count = (sims * keep).sum(), keep.sum().clamp(min=1)
+        observed = self._observed
+        if observed is None:
+            observed = self._observed = dict(
+                queries=[], keys=[], neg_sum=[], neg_count=[])
+        observed['queries'].append(query)
+        observed['keys'].append(key)
+        observed['neg_sum'].append(neg_sum)
+        observed['neg_count'].append(neg_count)
 
     def is_check_iter(self, runner: Runner, batch_idx: int) -> bool:
         """Whether this iteration is checked: one the LoggerHook prints
@@ -200,7 +236,7 @@ class RepresentationHealthHook(Hook):
         if not self.enabled:
             return
         self._checking = self.is_check_iter(runner, batch_idx)
-        self._model.stash_embeddings = self._checking
+        self._observed = None
 
     def after_train_iter(self,
                          runner: Runner,
@@ -217,12 +253,10 @@ class RepresentationHealthHook(Hook):
                 self._published = False
             return
         self._checking = False
-        model = self._model
-        model.stash_embeddings = False
-        stash, model.stashed_embeddings = model.stashed_embeddings, None
-        if stash is None:
+        observed, self._observed = self._observed, None
+        if observed is None:
             return
-        metrics = self.measure(stash, steps=runner.iter + 1)
+        metrics = self.measure(observed, steps=runner.iter + 1)
         self.last_metrics = metrics
         for name, value in metrics.items():
             runner.message_hub.update_scalar(f'train/health/{name}', value)
@@ -230,19 +264,27 @@ class RepresentationHealthHook(Hook):
         self.check_collapse(runner, metrics)
 
     @torch.no_grad()
-    def measure(self, stash: dict, steps: int) -> Dict[str, float]:
-        """The health figures of one stashed training step.
+    def measure(self, observed: dict, steps: int) -> Dict[str, float]:
+        """The health figures of one observed training step.
 
         Args:
-            stash (dict): ``queries`` and ``keys``, lists of (N, d) tensors
-                (one per view), as ``stash_for_monitor`` keeps them.
+            observed (dict): What :meth:`observe` kept: ``queries`` and
+                ``keys``, lists of (N, d) tensors (one per loss term), and
+                ``neg_sum`` / ``neg_count``, the sum and number of the
+                query-negative cosines of each term.
             steps (int): Training iterations done, this one included.
 
         Returns:
             Dict[str, float]: The figures, named as in ``HEALTH_SCALARS``.
         """
-        queries = [F.normalize(q.float(), dim=1) for q in stash['queries']]
-        keys = [F.normalize(k.float(), dim=1) for k in stash['keys']]
+        # float32 or wider: a float64 model is measured in float64
+        queries = [
+            F.normalize(at_least_float32(q), dim=1)
+            for q in observed['queries']
+        ]
+        keys = [
+            F.normalize(at_least_float32(k), dim=1) for k in observed['keys']
+        ]
         q_all, k_all = torch.cat(queries), torch.cat(keys)
         dim = self.dim = q_all.shape[1]
         values = dict(
@@ -251,7 +293,7 @@ class RepresentationHealthHook(Hook):
             uniformity=torch.stack(
                 [uniformity(q, self.uniformity_t) for q in queries]).mean(),
             pos_sim=(q_all * k_all).sum(dim=1).mean(),
-            neg_sim=self.negative_similarity(queries, keys),
+            neg_sim=sum(observed['neg_sum']) / sum(observed['neg_count']),
             key_query_dist=relative_parameter_distance(self._online,
                                                        self._target))
         names = list(values)
@@ -271,32 +313,6 @@ class RepresentationHealthHook(Hook):
         """Keys a training step enqueues, over all ranks."""
         gather = getattr(queue, 'gather', True)
         return local_keys * (get_world_size() if gather else 1)
-
-    def negative_similarity(self, queries: List[torch.Tensor],
-                            keys: List[torch.Tensor]) -> torch.Tensor:
-        """Mean cosine of the queries with their negatives: the queue's keys
-        (those this step enqueued left out, by the queue pointer), or else
-        the other keys of the batch, view by view."""
-        queue = getattr(self._model, 'queue', None)
-        if queue is not None:
-            bank = queue.keys.float()
-            size = bank.shape[0]
-            sims = torch.cat(queries) @ bank.t()
-            new = self.keys_per_step(queue, sum(k.shape[0] for k in keys))
-            if new >= size:  # the whole queue is this step's keys
-                return sims.mean()
-            newest = (queue.ptr - 1 -
-                      torch.arange(new, device=bank.device)) % size
-            keep = torch.ones(
-                size, device=bank.device).index_fill_(0, newest, 0.)
-            return (sims * keep).sum() / (sims.shape[0] * (size - new))
-        means = []
-        for q, k in zip(queries, keys):
-            sims = q @ k.t()
-            n = sims.shape[0]
-            means.append(
-                (sims.sum() - sims.diagonal().sum()) / max(n * (n - 1), 1))
-        return torch.stack(means).mean()
 
     def check_collapse(self, runner: Runner, metrics: Dict[str,
                                                            float]) -> None:

@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
 from collections import OrderedDict
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -28,8 +28,10 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
     module towards its online one after every optimizer step.
 
     A run without that hook would train against a key encoder frozen at its
-    initial weights; :meth:`check_momentum_updates` makes the second training
-    step fail instead.
+    initial weights: ``MoCoConfigCheckHook`` refuses such a run before
+    training, and, in any loop, the first training forward after an
+    optimizer step moved the online encoder but not the key encoder raises
+    (:meth:`check_key_encoder_moves`).
 
     Args:
         backbone (dict): Config of the backbone (any mmpretrain backbone).
@@ -67,15 +69,11 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             pretrained=pretrained,
             data_preprocessor=build_module(data_preprocessor),
             init_cfg=init_cfg)
-        # Set by MomentumUpdateHook; checked by check_momentum_updates().
-        self.momentum_hook_attached = False
-        self.num_momentum_updates = 0
-        self._num_train_losses = 0
-        # Set by RepresentationHealthHook on the iterations it checks; the
-        # training step then keeps its embeddings in `stashed_embeddings`.
-        self.stash_embeddings = False
-        self.stashed_embeddings: Optional[dict] = None
         self.channels_last = channels_last
+        # See check_key_encoder_moves().
+        self._versions_at_start: Optional[Tuple[int, int]] = None
+        self._optimizer_stepped = False
+        self._key_encoder_seen_moving = False
 
     def build_momentum_encoder(self) -> None:
         """Create ``self.momentum_encoder`` as a frozen copy of the online
@@ -115,38 +113,57 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         for online, momentum in self.momentum_pairs():
             momentum.load_state_dict(online.state_dict())
 
-    def check_momentum_updates(self) -> None:
-        """Fail on the second training step if nothing updates the momentum
-        encoder (the first step needs no update: both encoders are equal)."""
-        if not self.training:
-            return
-        self._num_train_losses += 1
-        if (self._num_train_losses >= 2 and self.num_momentum_updates == 0
-                and not self.momentum_hook_attached):
-            raise RuntimeError(
-                f'{type(self).__name__}: the momentum (key) encoder has not '
-                'been updated since training started, so it would stay '
-                'frozen at its initial weights. Add the update hook to the '
-                "config: custom_hooks = [dict(type='MomentumUpdateHook', "
-                'momentum=0.999)] (MoCo v1/v2), or with '
-                "schedule='cosine', momentum=0.99 (MoCo v3).")
+    def train_step(self, data: Union[dict, tuple, list],
+                   optim_wrapper) -> Dict[str, torch.Tensor]:
+        """mmengine's training step; notes whether the optimizer stepped,
+        for :meth:`check_key_encoder_moves`."""
+        log_vars = super().train_step(data, optim_wrapper)
+        should_update = getattr(optim_wrapper, 'should_update', None)
+        if callable(should_update) and should_update():
+            self._optimizer_stepped = True
+        return log_vars
 
-    def stash_for_monitor(self, queries: Sequence[torch.Tensor],
-                          keys: Sequence[torch.Tensor]) -> None:
-        """Keep detached embeddings of this training step for
-        :class:`~mocoplug.engine.hooks.RepresentationHealthHook`, only when
-        it asked for them (``stash_embeddings``); free otherwise.
+    def forward(self,
+                inputs: Union[torch.Tensor, List[torch.Tensor]],
+                data_samples: Optional[list] = None,
+                mode: str = 'tensor'):
+        """mmpretrain's forward, with :meth:`check_key_encoder_moves` before
+        every training loss (also under DDP, which calls forward)."""
+        if mode == 'loss' and self.training:
+            self.check_key_encoder_moves()
+        return super().forward(inputs, data_samples, mode)
 
-        Args:
-            queries (Sequence[torch.Tensor]): Query embeddings (N, C), one
-                tensor per view.
-            keys (Sequence[torch.Tensor]): Their positive keys (N, C), in
-                the same order.
+    def check_key_encoder_moves(self) -> None:
+        """Raise when an optimizer step has run (seen by :meth:`train_step`,
+        or under DDP by the in-place write counters torch keeps on the
+        online parameters) but the momentum encoder was never written.
+
+        No host sync, and no false alarm under gradient accumulation; once
+        the key encoder has moved it is not checked again.
         """
-        if self.stash_embeddings:
-            self.stashed_embeddings = dict(
-                queries=[q.detach() for q in queries],
-                keys=[k.detach() for k in keys])
+        if self._key_encoder_seen_moving:
+            return
+        online, momentum = [], []
+        for online_module, momentum_module in self.momentum_pairs():
+            online += list(online_module.parameters())
+            momentum += list(momentum_module.parameters())
+        online_writes = sum(p._version for p in online)
+        versions = (online_writes, sum(p._version for p in momentum))
+        start = self._versions_at_start
+        if start is None:
+            self._versions_at_start = versions
+        elif versions[1] != start[1]:
+            self._key_encoder_seen_moving = True
+        elif self._optimizer_stepped or versions[0] != start[0]:
+            raise RuntimeError(
+                f'{type(self).__name__}: an optimizer step updated the '
+                'query encoder but nothing updated the momentum (key) '
+                'encoder, which would stay frozen at its initial weights. '
+                'Add the update hook to the config: custom_hooks = '
+                "[dict(type='MomentumUpdateHook', momentum=0.999)] (MoCo "
+                "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo "
+                'v3); outside a Runner, MomentumUpdateHook.attach(model) '
+                'once, then its update(m) after every optimizer step.')
 
     def views(self, inputs: Union[torch.Tensor, List[torch.Tensor]],
               algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:

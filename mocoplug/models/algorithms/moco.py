@@ -152,7 +152,12 @@ class MoCo(BaseMomentumSelfSupervisor):
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """Compute the InfoNCE loss of a batch and enqueue its keys.
+        """Compute the InfoNCE loss of a batch and enqueue its keys
+        (Algorithm 1 of the paper, plus Shuffle BN in :meth:`encode_keys`).
+
+        Queries and keys are compared in float32 or wider (see
+        :func:`~mocoplug.models.utils.at_least_float32`); the head reads the
+        queue's buffer itself, no copy, and forms no (N, K + 1) logits.
 
         Args:
             inputs (List[torch.Tensor]): The two views [query, key], each
@@ -164,24 +169,16 @@ class MoCo(BaseMomentumSelfSupervisor):
         Returns:
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
-        self.check_momentum_updates()
         im_q, im_k = self.views(inputs, 'MoCo')
         ids = None
         if self.queue.exclude_same_instance:
-            # before the forwards: the copy to the device overlaps them
             ids = sample_indices(data_samples, im_q.device)
-        # Similarities in float32 or wider (float32 under autocast: no
-        # overflow at 1/t; float64 for a float64 model).
         query = F.normalize(
             at_least_float32(self.neck(self.backbone(im_q))[0]), dim=1)
-        key = self.encode_keys(im_k)
-        mask = self.queue.same_instance_mask(ids)
-        # The queue itself, no copy; the head forms no (N, K + 1) logits.
-        losses = self.head.loss_against(query, key, self.queue.read(query),
-                                        mask)
-        self.stash_for_monitor((query, ), (key, ))
-        # Written once this step's backward is done (see NegativeKeyQueue).
-        self.queue.enqueue(key, ids)
+        key = self.encode_keys(im_k)  # no gradient, under Shuffle BN
+        losses = self.head(query, key, self.queue(),
+                           self.queue.same_instance_mask(ids))
+        self.queue.enqueue(key, ids)  # negatives from the next step on
         return losses
 
 

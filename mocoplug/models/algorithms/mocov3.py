@@ -102,8 +102,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         Returns:
             Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
         """
-        # Similarities in float32 or wider (float32 under autocast: no
-        # overflow at 1/t; float64 for a float64 model).
+        # float32 or wider: no overflow at 1/t under autocast
         query = F.normalize(at_least_float32(query), dim=1)
         key = F.normalize(at_least_float32(key), dim=1)
         if self.queue is not None:
@@ -112,10 +111,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                     f'MoCoV3: queue.dim={self.queue.dim} but the projector '
                     f'and predictor output {query.shape[1]} channels; set '
                     "the queue's `dim` to the neck's out_channels.")
-            mask = self.queue.same_instance_mask(ids)
-            # the queue itself, no copy
-            return self.head.loss_against(query, key, self.queue.read(query),
-                                          mask)
+            return self.head(query, key, self.queue(),
+                             self.queue.same_instance_mask(ids))
         # In-batch negatives of the global batch; the positive's column is
         # masked out of the negatives (it is the positive, `key`). Every
         # rank holds a batch of the same size (the gather needs it; the
@@ -127,7 +124,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         mask = torch.zeros(
             n, keys.shape[0], dtype=torch.bool, device=query.device)
         mask.diagonal(n * get_rank()).fill_(True)
-        return self.head.loss_against(query, key, keys, mask)
+        return self.head(query, key, keys, mask)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -141,11 +138,9 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             Dict[str, torch.Tensor]: ``loss`` (sum of both terms) and
             ``contrast_acc`` (mean of both terms).
         """
-        self.check_momentum_updates()
         view_1, view_2 = self.views(inputs, 'MoCoV3')
         ids = None
         if self.queue is not None and self.queue.exclude_same_instance:
-            # before the forwards: the copy to the device overlaps them
             ids = sample_indices(data_samples, view_1.device)
         q1 = self.predictor(self.neck(self.backbone(view_1)))[0]
         q2 = self.predictor(self.neck(self.backbone(view_2)))[0]
@@ -154,9 +149,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             k2 = self.momentum_encoder(view_2)[0]
         term_1 = self.contrast(q1, k2, ids)
         term_2 = self.contrast(q2, k1, ids)
-        self.stash_for_monitor((q1, q2), (k2, k1))
-        if self.queue is not None:
-            # Written once this step's backward is done (NegativeKeyQueue).
+        if self.queue is not None:  # negatives from the next step on
             keys = F.normalize(at_least_float32(torch.cat([k1, k2])), dim=1)
             self.queue.enqueue(keys,
                                None if ids is None else torch.cat([ids, ids]))

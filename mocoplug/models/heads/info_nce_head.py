@@ -31,10 +31,12 @@ class InfoNCEHead(BaseModule):
     as in MoCo v3) are removed from both the loss and the accuracy.
 
     Two entry points: :meth:`loss` takes the similarities (any loss config),
-    :meth:`loss_against` the embeddings and the bank of negative keys (the
-    queue); with the default loss it computes the same value without the
-    (N, K + 1) logits tensor (:func:`~mocoplug.models.utils.fused_info_nce`),
-    which at K = 65536 saves most of the loss's time.
+    :meth:`loss_against` (also the module's ``forward``, so forward hooks,
+    e.g. ``RepresentationHealthHook``'s, observe its inputs) the embeddings
+    and the bank of negative keys (the queue); with the default loss it
+    computes the same value without the (N, K + 1) logits tensor
+    (:func:`~mocoplug.models.utils.fused_info_nce`), which at K = 65536
+    saves most of the loss's time.
 
     Args:
         temperature (float): Temperature t (0.07 for MoCo v1, 0.2 for v2).
@@ -130,6 +132,16 @@ class InfoNCEHead(BaseModule):
             pos = (query * key.to(dtype)).sum(dim=1, keepdim=True)
             neg = query @ negatives.to(dtype).t()
         return self.loss(pos, neg, neg_mask)
+
+    def forward(
+            self,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            negatives: torch.Tensor,
+            neg_mask: Optional[torch.Tensor] = None
+    ) -> Dict[str, torch.Tensor]:
+        """Same as :meth:`loss_against`."""
+        return self.loss_against(query, key, negatives, neg_mask)
 
     def _fusable(self) -> bool:
         """Whether the loss config is the plain softmax cross-entropy that

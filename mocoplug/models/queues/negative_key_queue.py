@@ -1,4 +1,14 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+"""MoCo's queue of negative keys.
+
+Contract: the keys given to :meth:`NegativeKeyQueue.enqueue` at step t are
+negatives from step t + 1 on. ``enqueue`` only appends to a pending list;
+calling the queue, ``queue()`` (the one accessor of the keys), writes the
+pending keys first. The loss of step t + 1 reads after the backward of step
+t, so the buffer that backward needs is never written under it, and no copy
+of the queue is made per step. ``state_dict`` saves the queue as if the
+pending keys were written (the checkpoint format does not change).
+"""
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -19,27 +29,19 @@ class NegativeKeyQueue(BaseModule):
     <https://arxiv.org/abs/1911.05722>`_ (He et al., CVPR 2020): the keys of
     the most recent mini-batches are kept, the oldest are overwritten.
 
-    Unlike the reference implementations this queue accepts any batch size:
-    writes wrap around the end of the buffer, and a batch larger than the
-    queue keeps its newest ``size`` keys. So ``size`` need not be a multiple
-    of the (global) batch size and a short last batch is fine.
+    Any batch size works: writes wrap around the end of the buffer, and a
+    batch larger than the queue keeps its newest ``size`` keys, so ``size``
+    need not be a multiple of the (global) batch size.
 
     The keys, the write pointer and (optionally) the instance ids of the
     stored keys are persistent buffers, so checkpoints and ``--resume``
-    carry the queue.
-
-    No copy of the queue per step: :meth:`read` and :meth:`logits` give the
-    loss the buffer itself, and the backward pass needs those very keys. So
-    a batch given to :meth:`enqueue` while such a backward is still to come
-    is held back and written as soon as the last one has run (a hook on the
-    gradient of the reading queries). After a training step (loss, backward)
-    the buffers therefore hold the new keys, exactly as before; the keys of
-    step t are negatives from step t + 1 on. Keys still held back when the
-    next :meth:`read`, :meth:`logits` or :meth:`same_instance_mask` is
-    called (a loss computed without a backward) are written first, and
-    :meth:`state_dict` saves the queue as it is once they are written, so a
-    checkpoint never misses them. Should the buffer be needed by a backward
-    after it was written anyway (two losses computed, then one backward),
+    carry the queue. Keys enqueued and not yet written (see the module
+    notes) are written by a forward pre-hook whenever the queue is called
+    (so a subclass that overrides :meth:`forward` reads them too), by
+    :meth:`same_instance_mask` and by module conversions (``.to()``,
+    ``.double()``); ``state_dict`` saves them as if written; loading a
+    state dict drops them. A graph that read the
+    buffer before such a write can no longer be backpropagated through:
     autograd raises its "modified by an inplace operation" error rather
     than compute a wrong gradient.
 
@@ -47,11 +49,7 @@ class NegativeKeyQueue(BaseModule):
     below ``float32``: ``float32`` for a float32 model, under AMP too
     (``bfloat16`` / ``float16`` keys are widened when written), ``float64``
     after ``model.double()``; ``model.half()`` / ``.bfloat16()`` leave the
-    queue in ``float32``. :meth:`logits` computes the similarities with
-    autocast off in the wider of the query's and the queue's dtype, at
-    least ``float32`` (:func:`~mocoplug.models.utils.similarity_dtype`): no
-    low-precision copy of the queue, no overflow at ``1 / tau``, and a
-    float64 model stays float64 end to end.
+    queue in ``float32``.
 
     Args:
         size (int): Number of keys K kept in the queue. Defaults to 65536.
@@ -95,98 +93,25 @@ class NegativeKeyQueue(BaseModule):
             # -1 marks the random initial keys, which belong to no image.
             self.register_buffer('ids',
                                  torch.full((size, ), -1, dtype=torch.long))
-        # Batches (keys, ids) held back by enqueue() until no pending
-        # backward needs the current keys; the number of such backward
-        # passes; a counter that retires the hooks of abandoned graphs.
+        # Batches (keys, ids) enqueued and not yet written, in order.
         self._pending: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
-        self._readers = 0
-        self._generation = 0
+        self.register_forward_pre_hook(_write_pending_before_forward)
 
     def forward(self) -> torch.Tensor:
-        """Return the queued keys, shape (K, C): the buffer itself, no copy.
+        """The queued keys (K, C), every enqueued batch written: the buffer
+        itself, no copy.
 
-        Use :meth:`logits` to compute similarities against it; it keeps the
-        keys unchanged until the backward pass no longer needs them.
+        The loss calls the queue once per step; anything inspecting it after
+        a step (monitors, tests) calls it too.
         """
         return self.keys
-
-    def read(self, query: torch.Tensor) -> torch.Tensor:
-        """The queued keys (K, C) for a loss of ``query``: the buffer itself
-        (:meth:`forward`), no copy.
-
-        Keys given to :meth:`enqueue` afterwards are held back until the
-        gradient of ``query`` has been computed: by then every part of the
-        backward pass that reads the keys to compute it (e.g. the logits'
-        matmul, or :func:`~mocoplug.models.utils.fused_info_nce`) has run.
-        Use the keys only in computations that ``query`` enters.
-
-        Args:
-            query (torch.Tensor): The queries whose loss reads the keys.
-
-        Returns:
-            torch.Tensor: The keys, shape (K, C).
-        """
-        self.flush()
-        if query.requires_grad:
-            self._readers += 1
-            query.register_hook(self._reader_hook())
-        return self()
-
-    def logits(self, query: torch.Tensor) -> torch.Tensor:
-        """Similarities of queries with every queued key, ``query @ keys.T``.
-
-        Computed with autocast off in the wider of the query's and the
-        queue's dtype, at least ``float32`` (the keys are not copied unless
-        the query is wider than them). Until the backward pass through the
-        result has run, :meth:`enqueue` holds new keys back instead of
-        overwriting the ones that backward needs (see :meth:`read`).
-
-        Args:
-            query (torch.Tensor): L2-normalised queries of shape (N, C).
-
-        Returns:
-            torch.Tensor: Logits of shape (N, K), before the temperature,
-            in float32 or wider.
-        """
-        keys = self.read(query)
-        with torch.autocast(query.device.type, enabled=False):
-            dtype = similarity_dtype(query, keys)
-            return query.to(dtype) @ keys.to(dtype).t()
-
-    def _reader_hook(self):
-        """A hook on the gradient of a reading query: once it is computed,
-        that backward no longer needs the keys."""
-        generation, fired = self._generation, []
-
-        def hook(grad):
-            if fired or generation != self._generation:
-                return  # a second backward (retain_graph) or a stale graph
-            fired.append(True)
-            self._readers -= 1
-            if self._readers == 0:
-                self._write_pending()
-
-        return hook
-
-    @torch.no_grad()
-    def flush(self) -> None:
-        """Write the keys still held back (see the class notes) now.
-
-        Called at the start of every step by :meth:`read` (and so
-        :meth:`logits`) and :meth:`same_instance_mask`; a backward still to
-        come through older logits can then no longer run (autograd says
-        so).
-        """
-        if self._pending:
-            self._generation += 1
-            self._readers = 0
-            self._write_pending()
 
     @torch.no_grad()
     def enqueue(self,
                 keys: torch.Tensor,
                 ids: Optional[torch.Tensor] = None) -> None:
-        """Push a batch of keys (and their instance ids), dropping the oldest.
+        """Push a batch of keys (and their instance ids), dropping the oldest
+        when the queue is next read.
 
         Args:
             keys (torch.Tensor): L2-normalised keys of shape (N, C).
@@ -208,16 +133,14 @@ class NegativeKeyQueue(BaseModule):
             if self.exclude_same_instance:
                 ids = torch.cat(all_gather(ids.to(keys.device)), dim=0)
         keys = keys.detach().to(self.keys.dtype)
-        if ids is not None:
+        if self.exclude_same_instance:
             ids = ids.to(self.keys.device, torch.long)
         self._pending.append(
             (keys, ids if self.exclude_same_instance else None))
-        if self._readers == 0:
-            self._write_pending()
 
     @torch.no_grad()
     def _write_pending(self) -> None:
-        """Write the held-back batches into the buffers, in order."""
+        """Write the pending batches into the buffers, in order."""
         pending, self._pending = self._pending, []
         for keys, ids in pending:
             write_ring(self.keys, self.ptr,
@@ -225,8 +148,8 @@ class NegativeKeyQueue(BaseModule):
                        ids)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """Save the queue as it is once the held-back keys are written,
-        without writing them (a backward may still need the buffer)."""
+        """Save the queue as if the pending keys were written, without
+        writing them (a backward may still need the buffer)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if not self._pending:
             return
@@ -240,11 +163,9 @@ class NegativeKeyQueue(BaseModule):
             destination[prefix + 'ids'] = ids
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Loading replaces the queue: keys held back belong to the old one
+        """Loading replaces the queue: pending keys belong to the old one
         and are dropped."""
         self._pending = []
-        self._readers = 0
-        self._generation += 1
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def same_instance_mask(
@@ -261,18 +182,19 @@ class NegativeKeyQueue(BaseModule):
         """
         if not self.exclude_same_instance:
             return None
-        self.flush()
         if ids is None:
             raise ValueError(
                 'NegativeKeyQueue: exclude_same_instance=True needs the query '
                 'instance ids (the `sample_idx` PackInputs stores)')
+        self._write_pending()
         return ids.to(self.ids.device).view(-1, 1) == self.ids.view(1, -1)
 
     def _apply(self, fn, *args, **kwargs):
-        """``.to()``, ``.double()``, ``.half()``... move the buffers as for
-        any module, but the keys never drop below ``float32`` (see the
-        class notes): converted from their value before the call, not
-        rounded through the lower precision."""
+        """``.to()``, ``.double()``, ``.half()``... write the pending keys,
+        then move the buffers as for any module, but the keys never drop
+        below ``float32`` (see the class notes): converted from their value
+        before the call, not rounded through the lower precision."""
+        self._write_pending()
         keys = self.keys
         super()._apply(fn, *args, **kwargs)
         if self.keys.dtype != similarity_dtype(self.keys):
@@ -282,6 +204,11 @@ class NegativeKeyQueue(BaseModule):
     def extra_repr(self) -> str:
         return (f'size={self.size}, dim={self.dim}, gather={self.gather}, '
                 f'exclude_same_instance={self.exclude_same_instance}')
+
+
+def _write_pending_before_forward(queue: NegativeKeyQueue, args) -> None:
+    """Forward pre-hook: every read of the queue sees every enqueued key."""
+    queue._write_pending()
 
 
 @torch.no_grad()

@@ -47,6 +47,15 @@ def test_on_by_default_and_a_good_setup_passes(tiny_moco_runner_cfg, tmp_path,
     assert runner.iter == 1 and len(loaded) == 8
 
 
+def test_no_momentum_update_hook_is_refused_before_training(
+        tiny_moco_runner_cfg, tmp_path, loaded):
+    """The key encoder would stay frozen: refused before any image is
+    loaded, with the config line to add."""
+    with pytest.raises(ValueError, match="type='MomentumUpdateHook'"):
+        run(tiny_moco_runner_cfg(tmp_path, hooks=[]))
+    assert loaded == []
+
+
 def test_num_splits_larger_than_the_batch(tiny_moco_runner_cfg, tmp_path,
                                           loaded):
     cfg = tiny_moco_runner_cfg(tmp_path)

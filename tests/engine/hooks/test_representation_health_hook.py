@@ -14,9 +14,7 @@ from mmengine.runner import Runner
 
 from mocoplug.engine.hooks import RepresentationHealthHook
 from mocoplug.evaluation import alignment, embedding_std, uniformity
-from mocoplug.models import MoCo
-from mocoplug.models.algorithms.base_momentum import \
-    BaseMomentumSelfSupervisor
+from mocoplug.models import InfoNCEHead, MoCo
 from mocoplug.registry import MODELS
 from mocoplug.visualization import load_scalars
 from ...models.algorithms.test_mocov3 import branches, samples, tiny_mocov3
@@ -58,6 +56,7 @@ def fake_runner(model, iteration=0):
         model=model,
         hooks=[],
         iter=iteration,
+        train_dataloader=range(100),  # 100 iterations an epoch
         logger=MMLogger.get_current_instance(),
         message_hub=MessageHub.get_current_instance())
 
@@ -79,27 +78,30 @@ def tiny_moco(queue_size=6, dim=4):
 
 def test_queue_figures_equal_a_hand_computation():
     model = tiny_moco()
+    runner = fake_runner(model, iteration=1)
     hook = RepresentationHealthHook()
-    hook.before_train(fake_runner(model))
+    hook.before_train(runner)
     assert hook.enabled and hook.interval == 50  # no LoggerHook
     gen = torch.Generator().manual_seed(0)
     q = F.normalize(torch.randn(2, 4, generator=gen), dim=1)
     k = F.normalize(torch.randn(2, 4, generator=gen), dim=1)
     bank = F.normalize(torch.randn(6, 4, generator=gen), dim=1)
-    model.queue.keys.copy_(bank)
-    model.queue.ptr.fill_(3)  # this step's 2 keys went to slots 1 and 2
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 3] = True  # an older key of query 1's image
     with torch.no_grad():  # key encoder 1% off the query encoder's weights
         for p in model.momentum_encoder.parameters():
             p.mul_(1.01)
 
-    model.stash_for_monitor([q], [k])
-    assert model.stashed_embeddings is None  # not asked: nothing kept
-    model.stash_embeddings = True
-    model.stash_for_monitor([q], [k])
-    metrics = hook.measure(model.stashed_embeddings, steps=2)
+    model.head(q, k, bank, mask)  # not a checked iteration: nothing kept
+    hook.after_train_iter(runner, batch_idx=1)
+    assert hook.last_metrics == {}
+    hook.before_train_iter(runner, batch_idx=49)  # the 50th: checked
+    model.head(q, k, bank, mask)  # what the loss calls
+    hook.after_train_iter(runner, batch_idx=49)
+    metrics = hook.last_metrics
 
-    negatives = [0, 3, 4, 5]
-    neg = sum(float(q[i] @ bank[j]) for i in range(2) for j in negatives) / 8
+    pairs = [(i, j) for i in range(2) for j in range(6) if not mask[i, j]]
+    neg = sum(float(q[i] @ bank[j]) for i, j in pairs) / len(pairs)
     tol = dict(abs=HEALTH_ATOL, rel=0)
     assert metrics['neg_sim'] == pytest.approx(neg, **tol)
     assert metrics['pos_sim'] == pytest.approx(
@@ -113,25 +115,45 @@ def test_queue_figures_equal_a_hand_computation():
     assert metrics['key_query_dist'] == pytest.approx(0.01, rel=1e-4)
     # 2 keys a step, 6 slots: full after 3 steps, oldest key 2 steps old
     assert metrics['queue_age'] == 1
-    assert hook.measure(model.stashed_embeddings, steps=10)['queue_age'] == 2
+    observed = dict(
+        queries=[q], keys=[k], neg_sum=[torch.zeros(())], neg_count=[1])
+    assert hook.measure(observed, steps=10)['queue_age'] == 2
 
 
-def test_mocov3_stashes_both_views_and_uses_in_batch_negatives():
-    torch.manual_seed(0)
-    model = tiny_mocov3()
-    view_1, view_2 = torch.randn(2, 4, 3, 32, 32)
-    model.stash_embeddings = True
-    model.loss([view_1, view_2], samples(range(4)))
-    stash = model.stashed_embeddings
-    q1, k1 = branches(model, view_1)
-    q2, k2 = branches(model, view_2)
-    for got, want in zip(stash['queries'] + stash['keys'], (q1, q2, k2, k1)):
-        assert torch.equal(got, want)  # the same modules on the same views
-        assert not got.requires_grad
-
+def test_a_float64_model_is_measured_in_float64():
+    model = tiny_moco().double()
     hook = RepresentationHealthHook()
     hook.before_train(fake_runner(model))
-    metrics = hook.measure(stash, steps=1)
+    q = F.normalize(torch.randn(3, 4, dtype=torch.float64), dim=1)
+    observed = dict(
+        queries=[q], keys=[q], neg_sum=[torch.zeros(())], neg_count=[1])
+    # Measured in float64: re-normalising unit vectors and the std (a few
+    # dozen roundings of O(1) terms) stay within 50 u = 1.1e-14 of the
+    # reference on any CPU; a float32 copy would be off by about u32 = 6e-8.
+    assert hook.measure(
+        observed, steps=1)['std'] == pytest.approx(
+            float(embedding_std(q)), abs=2e-14, rel=0)
+
+
+def test_mocov3_observes_both_terms_and_uses_in_batch_negatives():
+    torch.manual_seed(0)
+    model = tiny_mocov3()
+    runner = fake_runner(model)
+    hook = RepresentationHealthHook(interval=1)
+    hook.before_train(runner)
+    view_1, view_2 = torch.randn(2, 4, 3, 32, 32)
+    hook.before_train_iter(runner, batch_idx=0)
+    model.loss([view_1, view_2], samples(range(4)))
+    observed = hook._observed
+    q1, k1 = branches(model, view_1)
+    q2, k2 = branches(model, view_2)
+    for got, want in zip(observed['queries'] + observed['keys'],
+                         (q1, q2, k2, k1)):
+        # the same modules on the same views
+        assert torch.allclose(got, F.normalize(want, dim=1), rtol=0, atol=1e-6)
+        assert not got.requires_grad
+    hook.after_train_iter(runner, batch_idx=0)
+    metrics = hook.last_metrics
     assert 'queue_age' not in metrics
     negs = []
     for q, k in ((q1, k2), (q2, k1)):
@@ -196,19 +218,17 @@ def test_logs_the_current_batch_only_on_check_iterations(
     step produced on that iteration; the other iterations keep nothing
     and compute nothing."""
     calls = []
-    stash = BaseMomentumSelfSupervisor.stash_for_monitor
+    loss_against = InfoNCEHead.loss_against
 
-    def spy(model, queries, keys):
+    def spy(head, query, key, negatives, neg_mask=None):
         calls.append(
             dict(
-                asked=model.stash_embeddings,
-                query=queries[0].detach().clone(),
-                key=keys[0].detach().clone(),
-                bank=model.queue.keys.clone(),
-                ptr=int(model.queue.ptr)))
-        stash(model, queries, keys)
+                query=query.detach().clone(),
+                key=key.detach().clone(),
+                bank=negatives.detach().clone()))
+        return loss_against(head, query, key, negatives, neg_mask)
 
-    monkeypatch.setattr(BaseMomentumSelfSupervisor, 'stash_for_monitor', spy)
+    monkeypatch.setattr(InfoNCEHead, 'loss_against', spy)
     measured = []
     measure = RepresentationHealthHook.measure
 
@@ -221,9 +241,9 @@ def test_logs_the_current_batch_only_on_check_iterations(
         tmp_path, tiny_moco_runner_cfg, max_iters=4, interval=2)
     runner.train()
 
-    assert [c['asked'] for c in calls] == [False, True, False, True]
+    assert len(calls) == 4
     assert len(measured) == 2
-    assert runner.model.stashed_embeddings is None
+    assert hook._observed is None
     records = load_scalars(str(tmp_path))
     health = {r['step']: r for r in records if 'health/std' in r}
     assert sorted(health) == [2, 4]
@@ -242,12 +262,9 @@ def test_logs_the_current_batch_only_on_check_iterations(
             float(uniformity(q)), **tol)
         assert logged['health/pos_sim'] == pytest.approx(
             float((q * k).sum(1).mean()), **tol)
-        # negatives: the queue the loss used, less the slots this step's 8
-        # keys then overwrote (48 slots, 8 keys a step)
-        overwritten = [(call['ptr'] + i) % 48 for i in range(8)]
-        keep = [j for j in range(48) if j not in overwritten]
+        # negatives: the queue the loss used (48 slots)
         assert logged['health/neg_sim'] == pytest.approx(
-            float((q @ call['bank'][keep].t()).mean()), **tol)
+            float((q @ call['bank'].t()).mean()), **tol)
         assert logged['health/queue_age'] == step - 1
         assert 0 < logged['health/key_query_dist'] < 1
     assert collapse_warnings(tmp_path) == 0

@@ -210,7 +210,7 @@ def train(version: str, shuffle_bn: str, rank: int = 0, world_size: int = 1):
         })
     if version != 'v3':
         result['queue'] = ((reference.queue, torch.tensor(reference.ptr)),
-                           (model.queue.keys.clone(), model.queue.ptr.clone()))
+                           (model.queue().clone(), model.queue.ptr.clone()))
     return result
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from mmengine.optim import OptimWrapper
 from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
 from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
@@ -103,11 +104,11 @@ def test_loss_equals_a_hand_computation():
             [(q * k).sum(1, keepdim=True), q @ queue_before.t()], 1) / 0.2
         expected = F.cross_entropy(logits, torch.zeros(4, dtype=torch.long))
     assert out['loss'].item() == pytest.approx(expected.item(), rel=HAND_RTOL)
-    # the batch's keys enter the queue once the backward no longer needs
-    # the keys the logits were computed with (no copy of the queue)
+    # the batch's keys enter the queue at the next read, after the backward
+    # that needs the keys the loss read (no copy of the queue)
     assert torch.equal(model.queue.keys, queue_before)
     out['loss'].backward()
-    assert torch.equal(model.queue.keys[:4], k)  # the same tensor's values
+    assert torch.equal(model.queue()[:4], k)  # the same tensor's values
     assert int(model.queue.ptr) == 4
 
 
@@ -221,7 +222,7 @@ def test_queue_after_each_step_equals_mmpretrains():
             opt.step()
         hook.update(0.999)
         assert torch.allclose(
-            ours.queue.keys, theirs.queue.t(), rtol=0, atol=256 * eps), step
+            ours.queue(), theirs.queue.t(), rtol=0, atol=256 * eps), step
         assert int(ours.queue.ptr) == int(theirs.queue_ptr) == \
             (step + 1) * 8 % 24
 
@@ -300,8 +301,7 @@ def test_exclude_same_instance_masks_older_keys_of_the_same_image(on_device):
     views = [torch.randn(4, 3, 32, 32) for _ in range(2)]
     # a training step's keys are in the queue once its backward has run
     model.loss(views, samples([0, 1, 2, 3]))['loss'].backward()
-    model.num_momentum_updates = 1  # no hook in this unit test
-    queue_before = model.queue.keys.clone()
+    queue_before = model.queue().clone()
     out = model.loss(views, samples([2, 3, 4, 5]))
     out['loss'].backward()
     with torch.no_grad():
@@ -316,6 +316,7 @@ def test_exclude_same_instance_masks_older_keys_of_the_same_image(on_device):
             losses.append(-F.log_softmax(logits, 0)[0])
     assert out['loss'].item() == pytest.approx(
         torch.stack(losses).mean().item(), rel=HAND_RTOL)
+    model.queue()
     assert model.queue.ids[4:8].tolist() == [2, 3, 4, 5]
 
 
@@ -365,12 +366,28 @@ def test_bad_configs_name_the_field():
         model.loss(torch.randn(2, 3, 32, 32), None)
 
 
-def test_second_step_without_the_hook_fails_loudly():
-    model = tiny_moco()
-    views = [torch.randn(2, 3, 32, 32) for _ in range(2)]
-    model.loss(views, samples(range(2)))
-    with pytest.raises(RuntimeError, match='MomentumUpdateHook'):
-        model.loss(views, samples(range(2)))
+@pytest.mark.parametrize('fused', [False, True])
+def test_second_step_without_the_hook_fails_loudly(fused):
+    """train_step outside a Runner: the step after an optimizer step that
+    left the key encoder frozen raises; with the update it trains on. A
+    fused optimizer (which leaves torch's in-place counters alone) too."""
+    data = dict(
+        inputs=[torch.randn(2, 3, 32, 32) for _ in range(2)],
+        data_samples=samples(range(2)))
+    for update in (False, True):
+        model = tiny_moco()
+        wrapper = OptimWrapper(
+            torch.optim.SGD(model.parameters(), lr=0.1, fused=fused))
+        hook = MomentumUpdateHook(momentum=0.99)
+        hook.attach(model)
+        model.train_step(data, wrapper)
+        if update:
+            hook.update(0.99)
+            model.train_step(data, wrapper)
+            model.train_step(data, wrapper)  # checked once, then not again
+        else:
+            with pytest.raises(RuntimeError, match='MomentumUpdateHook'):
+                model.train_step(data, wrapper)
 
 
 def _shuffle_bn_worker(rank: int, port: int, out_dir: str):

@@ -8,6 +8,7 @@ import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from mmengine.logging import MessageHub
+from mmengine.optim import OptimWrapper
 from mmpretrain.models.selfsup import MoCoV3 as MMPretrainMoCoV3
 from mmpretrain.structures import DataSample
 
@@ -298,13 +299,13 @@ def test_plugged_in_queue_replaces_in_batch_negatives():
     assert torch.isfinite(out['loss'])
     assert out['loss'].item() == pytest.approx(expected.item(), rel=HAND_RTOL)
     # the loss is differentiable through the query branch only; the keys
-    # are written once the backward of both terms no longer needs the queue
+    # are written at the next read, after the backward of both terms
     assert torch.equal(model.queue.keys, queue_before)
     out['loss'].backward()
     assert model.predictor.mlp[0].weight.grad.abs().sum() > 0
     # the keys of both views were enqueued, view 1 then view 2
     keys = F.normalize(torch.cat([k1, k2]), dim=1)
-    assert torch.equal(model.queue.keys[:8], keys)  # the same computation
+    assert torch.equal(model.queue()[:8], keys)  # the same computation
     assert torch.equal(model.queue.keys[8:], queue_before[8:])
     assert int(model.queue.ptr) == 8
 
@@ -319,8 +320,8 @@ def test_queue_with_same_instance_exclusion_needs_and_uses_ids():
     views = [torch.randn(4, 3, 32, 32) for _ in range(2)]
     model.loss(views, samples([7, 8, 9, 10]))['loss'].backward()
     # both views' keys carry their image's index
+    model.queue()
     assert model.queue.ids[:8].tolist() == [7, 8, 9, 10] * 2
-    model.num_momentum_updates = 1  # no hook in this unit test
     with pytest.raises(ValueError, match='sample_idx'):
         model.loss(views, [DataSample()] * 4)
 
@@ -329,19 +330,26 @@ def test_bad_configs_name_the_field_and_the_fix():
     with pytest.raises(ValueError, match='`predictor` is required'):
         tiny_mocov3(predictor=None)
     # at construction, before any data (test_feature_dims.py has the rest)
-    with pytest.raises(ValueError, match=r'model.queue.dim=7 but model.neck '
-                       r'outputs 16-d keys .*set model.queue.dim=16'):
+    with pytest.raises(
+            ValueError,
+            match=r'model.queue.dim=7 but model.neck '
+            r'outputs 16-d keys .*set model.queue.dim=16'):
         tiny_mocov3(queue=dict(type='NegativeKeyQueue', size=8, dim=7))
     with pytest.raises(ValueError, match='MultiView'):
         tiny_mocov3().loss([torch.randn(2, 3, 32, 32)], None)
 
 
 def test_second_step_without_the_hook_fails_loudly():
+    """train_step outside a Runner, no momentum update: the step after the
+    first optimizer step raises, naming the v3 schedule."""
     model = tiny_mocov3()
-    views = [torch.randn(2, 3, 32, 32) for _ in range(2)]
-    model.loss(views, None)
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    data = dict(
+        inputs=[torch.randn(2, 3, 32, 32) for _ in range(2)],
+        data_samples=[DataSample() for _ in range(2)])
+    model.train_step(data, wrapper)
     with pytest.raises(RuntimeError, match="schedule='cosine'"):
-        model.loss(views, None)
+        model.train_step(data, wrapper)
 
 
 def _two_rank_worker(rank: int, port: int, out_dir: str):

@@ -40,7 +40,7 @@ def test_wrap_around_and_batches_larger_than_the_queue(batch_sizes, on_device):
     expected, expected_ptr = reference_queue(queue, batches)
     for batch in batches:
         queue.enqueue(batch)
-    assert torch.equal(queue.keys, expected)
+    assert torch.equal(queue(), expected)
     assert int(queue.ptr) == expected_ptr
 
 
@@ -48,28 +48,28 @@ def test_hand_written_wrap_around(on_device):
     queue = NegativeKeyQueue(size=4, dim=1)
     queue.enqueue(torch.tensor([[1.], [2.], [3.]]))
     queue.enqueue(torch.tensor([[4.], [5.]]))  # 4 -> slot 3, 5 -> slot 0
-    assert queue.keys.flatten().tolist() == [5., 2., 3., 4.]
+    assert queue().flatten().tolist() == [5., 2., 3., 4.]
     assert int(queue.ptr) == 1
     queue.enqueue(torch.arange(10., 16.).view(6, 1))  # keeps 12..15
     # 10 -> 1, 11 -> 2, 12 -> 3, 13 -> 0, 14 -> 1, 15 -> 2
-    assert queue.keys.flatten().tolist() == [13., 14., 15., 12.]
+    assert queue().flatten().tolist() == [13., 14., 15., 12.]
     assert int(queue.ptr) == 3
 
 
-def test_forward_returns_the_buffer_itself():
+def test_reading_returns_the_buffer_itself():
     queue = NegativeKeyQueue(size=4, dim=2)
     assert queue() is queue.keys  # no copy of K x C per step
 
 
-def test_logits_hold_new_keys_back_until_their_backward_has_run(on_device):
-    """No copy of the queue: keys enqueued after the logits wait until the
-    backward through the logits is done, which sees the old keys."""
+def test_keys_are_written_at_the_next_read_after_the_backward(on_device):
+    """No copy of the queue: keys enqueued after a read wait for the next
+    read, so the backward through the first one sees the old keys."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=5, dim=3)
     before = queue.keys.clone()
     query = torch.randn(2, 3, requires_grad=True)
     weight = torch.randn(2, 5)
-    neg = queue.logits(query)
+    neg = query @ queue().t()
     assert torch.equal(neg, query.detach() @ before.t())
     new = torch.randn(3, 3)
     expected, expected_ptr = reference_queue(queue, [new])
@@ -77,30 +77,26 @@ def test_logits_hold_new_keys_back_until_their_backward_has_run(on_device):
     assert torch.equal(queue.keys, before) and int(queue.ptr) == 0
     (neg * weight).sum().backward()
     assert torch.equal(query.grad, weight @ before)  # the old keys
-    assert torch.equal(queue.keys, expected)
+    assert torch.equal(queue.keys, before)  # written by the next read only
+    assert torch.equal(queue(), expected)
     assert int(queue.ptr) == expected_ptr
 
 
-def test_read_holds_new_keys_back_until_the_query_gradient_is_computed(
-        on_device):
+def test_fused_loss_backward_uses_the_keys_it_read(on_device):
     """The fused loss reads the buffer (no logits node of the queue's own):
-    keys enqueued after read() are written once the gradient of the query
-    has been computed, and that gradient used the old keys."""
+    the gradient of the query uses the keys read, not the enqueued ones."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=5, dim=3)
     before = queue.keys.clone()
     leaf = torch.randn(2, 3, requires_grad=True)
     query = torch.nn.functional.normalize(leaf, dim=1)  # a non-leaf
     key = torch.nn.functional.normalize(torch.randn(2, 3), dim=1)
-    keys = queue.read(query)
-    assert keys is queue.keys  # no copy
-    loss, _ = fused_info_nce(query, key, keys, 0.2)
+    loss, _ = fused_info_nce(query, key, queue(), 0.2)
     new = torch.randn(3, 3)
     expected, expected_ptr = reference_queue(queue, [new])
     queue.enqueue(new)
-    assert torch.equal(queue.keys, before) and int(queue.ptr) == 0
     loss.backward()
-    assert torch.equal(queue.keys, expected)
+    assert torch.equal(queue(), expected)
     assert int(queue.ptr) == expected_ptr
     ref_leaf = leaf.detach().clone().requires_grad_()
     fused_info_nce(
@@ -109,57 +105,49 @@ def test_read_holds_new_keys_back_until_the_query_gradient_is_computed(
     assert torch.equal(leaf.grad, ref_leaf.grad)  # the old keys
 
 
-def test_two_logits_one_backward_waits_for_both(on_device):
+def test_two_reads_one_backward(on_device):
     """MoCo v3 with a queue: two terms read the queue, one backward."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=6, dim=2)
     before = queue.keys.clone()
     q1, q2 = (torch.randn(2, 2, requires_grad=True) for _ in range(2))
-    loss = queue.logits(q1).sum() + 2 * queue.logits(q2).sum()
+    loss = (q1 @ queue().t()).sum() + 2 * (q2 @ queue().t()).sum()
     new = torch.randn(4, 2)
     expected, _ = reference_queue(queue, [new])
     queue.enqueue(new)
     loss.backward()
     assert torch.equal(q1.grad, torch.ones(2, 6) @ before)
     assert torch.equal(q2.grad, torch.full((2, 6), 2.) @ before)
-    assert torch.equal(queue.keys, expected)
+    assert torch.equal(queue(), expected)
 
 
-def test_held_back_keys_are_written_before_the_next_logits(on_device):
+def test_a_graph_older_than_a_write_cannot_backprop_wrongly(on_device):
     """A loss computed without a backward: its keys are negatives of the
     next step all the same, and the stale graph cannot backprop wrongly."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=5, dim=3)
     query = torch.randn(2, 3, requires_grad=True)
-    stale = queue.logits(query)
+    stale = query @ queue().t()
     batches = [torch.randn(2, 3), torch.randn(2, 3)]
     expected, expected_ptr = reference_queue(queue, batches)
     queue.enqueue(batches[0])
-    neg = queue.logits(query)  # writes batch 0 first
+    neg = query @ queue().t()  # writes batch 0 first
     queue.enqueue(batches[1])
-    neg.sum().backward()  # the current graph: batch 1 written after it
-    assert torch.equal(queue.keys, expected)
+    neg.sum().backward()  # the current graph
+    assert torch.equal(queue(), expected)
     assert int(queue.ptr) == expected_ptr
     with pytest.raises(RuntimeError, match='inplace'):
         stale.sum().backward()
 
 
-def test_no_grad_logits_write_at_once(on_device):
-    queue = NegativeKeyQueue(size=4, dim=2)
-    with torch.no_grad():
-        queue.logits(torch.randn(3, 2))
-    queue.enqueue(torch.ones(2, 2))
-    assert torch.equal(queue.keys[:2], torch.ones(2, 2))
-
-
-def test_state_dict_holds_the_held_back_keys_without_writing_them(on_device):
+def test_state_dict_holds_the_pending_keys_without_writing_them(on_device):
     """A checkpoint taken between a loss and its backward carries the new
     keys (and ids); the live buffer stays intact for the backward."""
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=5, dim=3, exclude_same_instance=True)
     before = queue.keys.clone()
     query = torch.randn(2, 3, requires_grad=True)
-    neg = queue.logits(query)
+    neg = query @ queue().t()
     new = torch.randn(3, 3)
     expected, expected_ptr = reference_queue(queue, [new])
     queue.enqueue(new, ids=torch.tensor([4, 5, 6]))
@@ -171,42 +159,54 @@ def test_state_dict_holds_the_held_back_keys_without_writing_them(on_device):
     assert torch.equal(queue.keys, before)  # not written yet
     neg.sum().backward()
     assert torch.equal(query.grad, torch.ones(2, 5) @ before)
+    queue()
     for name, value in queue.state_dict().items():
         assert torch.equal(value, state[name]), name
-    # loads into a fresh queue (the format of older checkpoints)
+    # loads into a fresh queue
     fresh = NegativeKeyQueue(size=5, dim=3, exclude_same_instance=True)
     fresh.load_state_dict(state)
-    assert torch.equal(fresh.keys, expected)
+    assert torch.equal(fresh(), expected)
     assert fresh.ids.tolist() == [4, 5, 6, -1, -1]
 
 
-def test_loading_drops_held_back_keys(on_device):
+def test_loading_drops_pending_keys(on_device):
     torch.manual_seed(0)
     source = NegativeKeyQueue(size=4, dim=2)
     state = {k: v.clone() for k, v in source.state_dict().items()}
     queue = NegativeKeyQueue(size=4, dim=2)
-    queue.logits(torch.randn(1, 2, requires_grad=True))
-    queue.enqueue(torch.ones(2, 2))  # held back
+    queue.enqueue(torch.ones(2, 2))  # pending
     queue.load_state_dict(state)
-    queue.logits(torch.randn(1, 2))  # would write held-back keys
-    assert torch.equal(queue.keys, state['keys'])
+    assert torch.equal(queue(), state['keys'])
     assert int(queue.ptr) == 0
 
 
-def test_logits_are_float32_under_bf16_autocast():
-    torch.manual_seed(0)
-    queue = NegativeKeyQueue(size=8, dim=4)
-    query = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        neg = queue.logits(query.bfloat16())
-    assert neg.dtype == torch.float32
-    assert torch.equal(neg, query.bfloat16().float() @ queue.keys.t())
+def test_a_subclass_forward_reads_the_written_keys(on_device):
+    """The extension point of the README: a queue that overrides forward
+    (here: the newest two keys) sees every enqueued key."""
+
+    class Newest(NegativeKeyQueue):
+
+        def forward(self):
+            return self.keys[(self.ptr - 1 - torch.arange(2)) % self.size]
+
+    queue = Newest(size=4, dim=1)
+    queue.enqueue(torch.tensor([[1.], [2.], [3.]]))
+    assert queue().flatten().tolist() == [3., 2.]
+
+
+def test_module_conversion_writes_the_pending_keys_first(on_device):
+    queue = NegativeKeyQueue(size=4, dim=2)
+    queue.enqueue(torch.ones(2, 2))
+    queue.double()
+    assert queue.keys.dtype == torch.float64
+    assert torch.equal(queue.keys[:2], torch.ones(2, 2, dtype=torch.float64))
+    assert int(queue.ptr) == 2
 
 
 def test_half_precision_keys_are_stored_in_float32(on_device):
     queue = NegativeKeyQueue(size=4, dim=2)
     queue.enqueue(torch.ones(2, 2, dtype=torch.float16))
-    assert queue.keys.dtype == torch.float32
+    assert queue().dtype == torch.float32
     assert torch.equal(queue.keys[:2], torch.ones(2, 2))
 
 
@@ -214,17 +214,14 @@ def test_the_queue_follows_the_model_dtype_but_never_below_float32():
     torch.manual_seed(0)
     queue = NegativeKeyQueue(size=8, dim=4)
     initial = queue.keys.clone()
-    queue.double()  # a float64 model: a float64 queue, logits in float64
-    assert queue.keys.dtype == torch.float64
-    query = torch.randn(3, 4, dtype=torch.float64)
-    neg = queue.logits(query)
-    assert neg.dtype == torch.float64
-    assert torch.equal(neg, query @ queue.keys.t())
+    queue.double()  # a float64 model: a float64 queue
+    assert queue().dtype == torch.float64
     queue.enqueue(torch.full((2, 4), 1 / 3, dtype=torch.float64))
-    assert torch.equal(queue.keys[:2],
+    assert torch.equal(queue()[:2],
                        torch.full((2, 4), 1 / 3, dtype=torch.float64))
-    # a float32 query against it is widened, not the queue narrowed
-    assert queue.logits(query.float()).dtype == torch.float64
+    # float32 keys are widened, not the queue narrowed
+    queue.enqueue(torch.ones(1, 4))
+    assert queue().dtype == torch.float64
     # .half() / .bfloat16() keep it float32, converted from the value it
     # had (not rounded through 16 bits)
     fresh = NegativeKeyQueue(size=8, dim=4)
