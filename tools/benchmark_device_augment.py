@@ -45,12 +45,13 @@ sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 from benchmark_pipeline import make_images  # noqa: E402
 
 CONFIGS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'configs')
-V2_DEVICE = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
-V2_DECODE = osp.join(CONFIGS,
-                     'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
-DIGITS = osp.join(CONFIGS,
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
-FOLDER = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_folder.py')
+V2_DEVICE = osp.join(CONFIGS,
+                     'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
+V2_DECODE = osp.join(
+    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+FOLDER = osp.join(CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py')
 
 
 def timed(fn: Callable, device: torch.device, rounds: int) -> float:

@@ -21,7 +21,8 @@ from mmengine.runner import Runner
 import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import RepresentationHealthHook
 
-DIGITS = 'configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
+DIGITS = ('configs/mocov2/'
+          'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
 def parse_args(argv=None):

@@ -20,7 +20,7 @@ from mmpretrain.models import ResNet
 from mocoplug.engine.optimizers import MoCoV3LARS
 from mocoplug.models import MoCoProjectionNeck
 
-# configs/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
+# configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
 LR, MOMENTUM, WEIGHT_DECAY = 9.6, 0.9, 1e-6
 
 

@@ -32,8 +32,9 @@ sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
 import train as train_tool  # noqa: E402  (tools/train.py's config merging)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DIGITS = osp.join(ROOT, 'configs',
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DIGITS = osp.join(
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 MIB = 1024 * 1024
 
 

@@ -18,7 +18,8 @@ ROOT = os.path.dirname(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DIGITS = os.path.join(
-    ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 # The command (lr 1e8), scaled down: 64 digits, 4 batches of 16 per
 # epoch, a checkpoint after every iteration.
 DIVERGING = [

@@ -8,7 +8,7 @@
 # Labels are not loaded for pretraining (with_label=False); the kNN monitor
 # uses the labelled splits, outside the loss.
 #   python tools/train.py \
-#       configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py
+#       configs/mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py
 #
 # How this recipe was found: kNN (k=20) on the 539 held-out digits, clean /
 # under tools/demo.py's fixed random shift-rotation-zoom-contrast change
@@ -45,7 +45,7 @@
 # 1-2%): in a CPU-sized schedule it never learnt the pretext task, whatever
 # the lr; the plain nets did with lr <= 0.015. "6-layer plain": 32-32-64-64-
 # 128-128 channels, full resolution first.
-_base_ = ['_base_/default_runtime.py']
+_base_ = ['../_base_/default_runtime.py']
 
 data_preprocessor = dict(
     type='SelfSupDataPreprocessor',

@@ -9,10 +9,10 @@
 # Published linear top-1 (not measured here): 73.2 (300 ep).
 #
 #   tools/dist_train.sh \
-#       configs/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py 16
+#       configs/mocov3/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py 16
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs512_mocov3.py',
-    '_base_/default_runtime.py',
+    '../_base_/default_runtime.py',
 ]
 
 # The two asymmetric views of the official code (BYOL's recipe): blur with

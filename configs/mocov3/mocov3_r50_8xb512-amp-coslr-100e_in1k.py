@@ -8,10 +8,11 @@
 # Published linear top-1 (not measured here): 68.9 (100 ep), 72.8 (300 ep,
 # with lr 0.3 per 256 and --epochs=300).
 #
-#   tools/dist_train.sh configs/mocov3_r50_8xb512-amp-coslr-100e_in1k.py 8
+#   tools/dist_train.sh \
+#       configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py 8
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs512_mocov3.py',
-    '_base_/default_runtime.py',
+    '../_base_/default_runtime.py',
 ]
 # The dataset base is the official two asymmetric views: crop scale
 # (0.2, 1) as --crop-min=.2; blur prob 1.0 / 0.1; solarize 0 / 0.2.

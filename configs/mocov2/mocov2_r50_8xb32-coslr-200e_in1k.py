@@ -5,7 +5,7 @@
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs32_mocov2.py',
     'mmpretrain::_base_/schedules/imagenet_sgd_coslr_200e.py',
-    '_base_/default_runtime.py',
+    '../_base_/default_runtime.py',
 ]
 
 model = dict(
