@@ -18,7 +18,7 @@ model = dict(
 # jitter 0.4 always (hue 0.4 too), flip. Images are loaded as BGR, hence the
 # grayscale channel weights in B, G, R order. Fast* are mocoplug's faster
 # versions of mmpretrain's transforms (same parameters and random draws);
-# see the MoCo v2 config for the `mocoplug.` prefix.
+# see _base_/datasets/imagenet_bs32_mocov2.py for the `mocoplug.` prefix.
 view_pipeline = [
     dict(
         type='RandomResizedCrop',

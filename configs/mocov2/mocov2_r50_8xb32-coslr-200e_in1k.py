@@ -3,7 +3,7 @@
 # SGD lr 0.03 (batch 256) momentum 0.9 wd 1e-4, K=65536, tau=0.2, m=0.999.
 # Published linear top-1: 67.5 (200 ep).
 _base_ = [
-    'mmpretrain::_base_/datasets/imagenet_bs32_mocov2.py',
+    '../_base_/datasets/imagenet_bs32_mocov2.py',
     'mmpretrain::_base_/schedules/imagenet_sgd_coslr_200e.py',
     '../_base_/default_runtime.py',
 ]
@@ -41,53 +41,3 @@ auto_scale_lr = dict(base_batch_size=256)
 # kernels (GPU). On CPU the update is bit-identical to the default and 3x
 # faster (tests/configs/test_fused_optimizers.py, tools/benchmark.py).
 optim_wrapper = dict(optimizer=dict(fused=True))
-
-# mmpretrain's MoCo v2 augmentation (the base's view_pipeline: same
-# transforms, parameters and random draws), with mocoplug's faster versions
-# of colour jitter, grayscale and blur (measured ~1.5x the images/s per
-# data-loader worker; values: see mocoplug/datasets/transforms/ and
-# tools/benchmark_pipeline.py). JPEGs are decoded with OpenCV, the fastest
-# decoder measured. The `mocoplug.` prefix finds our transforms even when
-# the dataset is built in mmpretrain's scope (the train loop, from
-# mmpretrain's schedule base, sets it).
-view_pipeline = [
-    dict(
-        type='RandomResizedCrop',
-        scale=224,
-        crop_ratio_range=(0.2, 1.),
-        backend='pillow'),
-    dict(
-        type='RandomApply',
-        transforms=[
-            dict(
-                type='mocoplug.FastColorJitter',
-                brightness=0.4,
-                contrast=0.4,
-                saturation=0.4,
-                hue=0.1)
-        ],
-        prob=0.8),
-    dict(
-        type='mocoplug.FastRandomGrayscale',
-        prob=0.2,
-        keep_channels=True,
-        channel_weights=(0.114, 0.587, 0.2989)),
-    dict(
-        type='mocoplug.FastGaussianBlur',
-        magnitude_range=(0.1, 2.0),
-        magnitude_std='inf',
-        prob=0.5),
-    dict(type='RandomFlip', prob=0.5),
-]
-train_pipeline = [
-    dict(type='LoadImageFromFile', imdecode_backend='cv2'),
-    dict(type='MultiView', num_views=2, transforms=[view_pipeline]),
-    dict(type='PackInputs')
-]
-
-# mmengine 0.10.7 tags every dict inherited from an `mmpretrain::` base with
-# `_scope_` and passes all keys of `collate_fn` to the function, which then
-# fails on `_scope_`: restate the collate function without it.
-train_dataloader = dict(
-    collate_fn=dict(_delete_=True, type='default_collate'),
-    dataset=dict(pipeline=train_pipeline))
