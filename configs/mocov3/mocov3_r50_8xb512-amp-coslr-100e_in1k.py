@@ -35,12 +35,6 @@ model = dict(
         temperature=temperature,
         loss=dict(type='CrossEntropyLoss', loss_weight=2 * temperature)))
 
-# theta_k <- m theta_k + (1 - m) theta_q after every step, m from 0.99 to 1
-# on a half-cycle cosine over all iterations (--moco-m 0.99 --moco-m-cos).
-custom_hooks = [
-    dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')
-]
-
 # LARS as in the authors' code (moco/optimizer.py): lr 0.6 x 4096 / 256 =
 # 9.6, wd 1e-6, momentum 0.9, trust coefficient 0.001. Weights (ndim > 1)
 # get weight decay and the trust ratio eta ||w|| / ||g + wd w||; every 1-D

@@ -84,11 +84,6 @@ model = dict(
         temperature=temperature,
         loss=dict(type='CrossEntropyLoss', loss_weight=2 * temperature)))
 
-# m from 0.99 to 1 on a half-cycle cosine (--moco-m 0.99 --moco-m-cos)
-custom_hooks = [
-    dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')
-]
-
 # AdamW, lr 1.5e-4 x 4096 / 256 = 2.4e-3, wd 0.1 on all parameters. The
 # official code uses torch.optim.AdamW's default betas (0.9, 0.999).
 # fused: torch's one-kernel AdamW (works with the AMP loss scaler; on CPU
