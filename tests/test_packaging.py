@@ -56,8 +56,7 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
         'cfg = Config.fromstring("_base_ = \'mocoplug::mocov2/'
         'mocov2_r50_8xb32-coslr-200e_in1k.py\'", ".py")\n'
         'assert cfg.model.queue.size == 65536\n'
-        'assert cfg.train_dataloader.collate_fn == dict('
-        'type="default_collate")\n'
+        'assert cfg.view_pipeline[-2].type == "mocoplug.FastGaussianBlur"\n'
         'print("ok")\n')
     out = subprocess.run(
         [sys.executable, '-c', script, str(site)],
