@@ -3,17 +3,19 @@
 # Discrimination" (Wu et al., CVPR 2018): frozen backbone, global-average-
 # pooled L2-normalised features, the k nearest training images vote with
 # weight exp(cos / 0.07); top-1 for k = 20 and 200. No training.
-#   python tools/knn_eval.py configs/benchmarks/knn_r50_in1k.py \
+#   python tools/analysis_tools/knn_eval.py \
+#       configs/benchmarks/knn_r50_in1k.py \
 #       work_dirs/mocov2_r50_8xb32/epoch_200.pth
-#   torchrun --nproc_per_node 8 tools/knn_eval.py CONFIG CKPT \
+#   torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \
 #       --launcher pytorch
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs32_pil_resize.py',
     '../_base_/default_runtime.py',
 ]
 
-# The MoCo checkpoint; tools/knn_eval.py fills it from its CHECKPOINT
-# argument (query encoder only, via mocoplug's 'Pretrained' initialiser).
+# The MoCo checkpoint; tools/analysis_tools/knn_eval.py fills it from its
+# CHECKPOINT argument (query encoder only, via mocoplug's 'Pretrained'
+# initialiser).
 pretrained = None
 
 model = dict(

@@ -11,7 +11,7 @@
 # model.queue.exclude_same_instance=True (see README).
 #
 # Scraped folders hold broken files: check them before a long run with
-#   python tools/check_images.py /path/to/images --out bad.txt
+#   python tools/misc/check_images.py /path/to/images --out bad.txt
 # An unreadable image stops training with an error naming it; to skip such
 # images instead (with a warning each, stopping if more than 1% fail):
 #   --cfg-options train_dataloader.dataset.pipeline.0.skip_unreadable=True

@@ -39,5 +39,6 @@ auto_scale_lr = dict(base_batch_size=256)
 # The base's SGD as torch's fused kernel: one pass over each parameter
 # instead of torch's default per-tensor loop (CPU) or several foreach
 # kernels (GPU). On CPU the update is bit-identical to the default and 3x
-# faster (tests/configs/test_fused_optimizers.py, tools/benchmark.py).
+# faster (tests/configs/test_fused_optimizers.py;
+# python tools/benchmarks/benchmark.py train).
 optim_wrapper = dict(optimizer=dict(fused=True))
