@@ -42,10 +42,11 @@ def all_finite(path):
 
 def test_on_by_default_in_every_pretraining_config():
     names = [
-        os.path.basename(p)
-        for p in glob.glob(os.path.join(ROOT, 'configs', 'moco*.py'))
+        os.path.relpath(p, os.path.join(ROOT, 'configs'))
+        for pattern in ('moco*.py', 'mocov*/*.py')
+        for p in glob.glob(os.path.join(ROOT, 'configs', pattern))
     ]
-    assert len(names) >= 9
+    assert len(names) >= 13  # configs/mocov2_r50_8xb32.py + mocov*/
     for name in names:
         cfg = Config.fromfile(os.path.join(ROOT, 'configs', name))
         assert cfg.default_hooks.non_finite_loss == dict(
