@@ -86,9 +86,9 @@ if __name__ == '__main__':
         include_package_data=True,
         package_data={
             'mocoplug': [
-                '.mim/model-index.yml', '.mim/configs/*.py',
-                '.mim/configs/*/*.py', '.mim/tools/*.py', '.mim/tools/*/*.py',
-                '.mim/tools/*.sh'
+                '.mim/model-index.yml', '.mim/configs/**/*.py',
+                '.mim/configs/*/metafile.yml', '.mim/configs/*/README.md',
+                '.mim/tools/*.py', '.mim/tools/*/*.py', '.mim/tools/*.sh'
             ]
         },
         install_requires=parse_requirements('requirements/runtime.txt'),

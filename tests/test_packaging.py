@@ -26,7 +26,10 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ('mocoplug/.mim/model-index.yml',
                  'mocoplug/.mim/configs/mocov2_r50_8xb32.py',
+                 'mocoplug/.mim/configs/mocov2/metafile.yml',
                  'mocoplug/.mim/configs/_base_/default_runtime.py',
+                 'mocoplug/.mim/configs/_base_/datasets/'
+                 'imagenet_bs32_mocov2.py',
                  'mocoplug/.mim/configs/benchmarks/knn_r50_in1k.py',
                  'mocoplug/.mim/tools/train.py',
                  'mocoplug/.mim/tools/dist_train.sh'):
@@ -49,6 +52,11 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
         'model = dict(head=dict(num_classes=10))", ".py")\n'
         'assert cfg.model.head.num_classes == 10\n'
         'assert cfg.optim_wrapper.optimizer.lr == 30.\n'
+        # a pretraining config through its nested `../_base_/...` bases
+        'cfg = Config.fromstring("_base_ = \'mocoplug::mocov2/'
+        'mocov2_r50_8xb32-coslr-200e_in1k.py\'", ".py")\n'
+        'assert cfg.model.queue.size == 65536\n'
+        'assert cfg.view_pipeline[-2].type == "mocoplug.FastGaussianBlur"\n'
         'print("ok")\n')
     out = subprocess.run(
         [sys.executable, '-c', script, str(site)],

@@ -42,7 +42,7 @@ def test_pretraining_and_knn_run_without_mmcv_ops(tmp_path):
     so a None entry for it in sys.modules is mmcv-lite to every import."""
     config = os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs',
-        'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+        'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
     script = f"""
 import math, sys
 sys.modules['mmcv._ext'] = None

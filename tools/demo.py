@@ -50,8 +50,9 @@ from mocoplug.visualization import load_scalars, plot_results_figure
 from mocoplug.visualization.scalar_curves import series
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-CONFIG = osp.join(ROOT, 'configs',
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+CONFIG = osp.join(
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 DEVICE_AUGMENT_CONFIG = CONFIG.replace('.py', '_device-aug.py')
 KNN = dict(k=20, temperature=0.07)
 # label fraction -> number of stratified draws (few labels vary more)

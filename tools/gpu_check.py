@@ -12,8 +12,9 @@ On a machine with CUDA it runs:
    (queue, fused loss, momentum update, split BN, Shuffle BN key order,
    exact resume, AMP loss; see ``DEVICE_TESTS``), under pytest with
    ``-m device --device cuda``.
-2. ``train``: 200 iterations of configs/mocov2_r50_8xb32-coslr-200e_in1k.py
-   (ResNet-50, 224 px crops, batch 32, K = 65536) on synthetic images
+2. ``train``: 200 iterations of
+   configs/mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py (ResNet-50, 224 px
+   crops, batch 32, K = 65536) on synthetic images
    (``SyntheticImageDataset`` replaces ImageNet, the config's augmentation
    is kept; ``shuffle_bn='split'`` on one GPU), ``--amp`` off and on, and a
    control run with lr 0. Checks: every loss finite; after training the
@@ -87,7 +88,8 @@ import torch  # noqa: E402
 from mmengine.config import Config  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-CONFIG = osp.join(ROOT, 'configs', 'mocov2_r50_8xb32-coslr-200e_in1k.py')
+CONFIG = osp.join(ROOT, 'configs',
+                  'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
 # test files with tests that take the `device` fixture (tests/conftest.py)
 DEVICE_TESTS = [
     'tests/models/queues/test_negative_key_queue.py',

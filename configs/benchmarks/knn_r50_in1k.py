@@ -44,13 +44,6 @@ knn_memory_dataloader = dict(
         split='train',
         pipeline={{_base_.test_pipeline}}))
 knn_query_dataloader = dict(
-    batch_size=128,
-    num_workers=8,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    collate_fn=dict(type='default_collate'),
-    dataset=dict(
-        type='ImageNet',
-        data_root='data/imagenet',
-        split='val',
-        pipeline={{_base_.test_pipeline}}))
+    knn_memory_dataloader,
+    dataset=dict(knn_memory_dataloader['dataset'], split='val'))
 knn = dict(topk=(20, 200), temperature=0.07)

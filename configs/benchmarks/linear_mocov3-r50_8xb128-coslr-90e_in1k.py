@@ -17,6 +17,7 @@
 _base_ = [
     'mmpretrain::_base_/models/resnet50.py',
     'mmpretrain::_base_/datasets/imagenet_bs32_pil_resize.py',
+    '../_base_/schedules/mocov3_linear_sgd_coslr_90e.py',
     '../_base_/default_runtime.py',
 ]
 
@@ -38,20 +39,5 @@ train_dataloader = dict(batch_size=128)
 val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
 
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='SGD', lr=0.4, momentum=0.9, weight_decay=0.))
-
-param_scheduler = [
-    dict(type='CosineAnnealingLR', T_max=90, by_epoch=True, begin=0, end=90)
-]
-
-train_cfg = dict(by_epoch=True, max_epochs=90, val_interval=1)
-val_cfg = dict()
-test_cfg = dict()
-
 default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
-
-# lr 0.4 is for a total batch of 1024 (8 x 128)
-auto_scale_lr = dict(base_batch_size=1024)

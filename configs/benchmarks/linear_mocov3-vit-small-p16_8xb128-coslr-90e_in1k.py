@@ -15,6 +15,7 @@
 #       pretrained=work_dirs/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k/epoch_300.pth  # noqa: E501
 _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs32_pil_resize.py',
+    '../_base_/schedules/mocov3_linear_sgd_coslr_90e.py',
     '../_base_/default_runtime.py',
 ]
 
@@ -47,20 +48,8 @@ train_dataloader = dict(batch_size=128)
 val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
 
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='SGD', lr=12., momentum=0.9, weight_decay=0.))
-
-param_scheduler = [
-    dict(type='CosineAnnealingLR', T_max=90, by_epoch=True, begin=0, end=90)
-]
-
-train_cfg = dict(by_epoch=True, max_epochs=90, val_interval=1)
-val_cfg = dict()
-test_cfg = dict()
+# lr 3 x batch / 256 (main_lincls.py --lr=3): 12 at 8 x 128 = 1024
+optim_wrapper = dict(optimizer=dict(lr=12.))
 
 default_hooks = dict(
     checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
-
-# lr 12 is for a total batch of 1024 (8 x 128)
-auto_scale_lr = dict(base_batch_size=1024)

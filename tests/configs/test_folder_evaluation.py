@@ -263,7 +263,8 @@ def test_fill_data_root_checks_the_splits_agree(tmp_path, split_folder):
     assert cfg.model.head.num_classes == 3
     assert cfg.val_dataloader.dataset.data_root == str(split_folder)
     # ImageNet configs (top-level data_root of their own) are untouched
-    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_in1k.py'))
+    cfg = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py'))
     assert fill_data_root(cfg) == 0
     # a class missing from val
     (tmp_path / 'train' / 'a').mkdir(parents=True)

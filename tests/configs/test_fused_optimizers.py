@@ -31,13 +31,13 @@ from .conftest import config_path
 
 FUSED = {
     'mocov2_r50_8xb32.py': 'SGD',
-    'mocov2_r50_8xb32-coslr-200e_in1k.py': 'SGD',
-    'mocov2_r50_8xb32-coslr-800e_in1k.py': 'SGD',
-    'mocov1_r50_8xb32-steplr-200e_in1k.py': 'SGD',
-    'mocov2_r50_8xb32-coslr-200e_folder.py': 'SGD',
-    'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py': 'SGD',
-    'mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py': 'AdamW',
-    'mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py': 'AdamW',
+    'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py': 'SGD',
+    'mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py': 'SGD',
+    'mocov1/mocov1_r50_8xb32-steplr-200e_in1k.py': 'SGD',
+    'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py': 'SGD',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py': 'SGD',
+    'mocov3/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py': 'AdamW',
+    'mocov3/mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py': 'AdamW',
 }
 STEPS = 6
 U = 2.0**-24  # unit round-off of float32 (round to nearest)

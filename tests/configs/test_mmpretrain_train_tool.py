@@ -5,7 +5,8 @@ from ..conftest import unique_experiment_name
 from ..packaged_tools import run_packaged_tool
 from .conftest import config_path
 
-DIGITS = config_path('mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DIGITS = config_path(
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
 def test_digits_with_a_default_hook_switched_off(monkeypatch, tmp_path):

@@ -19,9 +19,9 @@ from mocoplug.registry import MODELS
 from mocoplug.utils import fill_pretrained
 
 CONFIGS = osp.join(osp.dirname(__file__), '..', '..', 'configs')
-R50 = 'mocov3_r50_8xb512-amp-coslr-100e_in1k.py'
-VIT_S = 'mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py'
-VIT_B = 'mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py'
+R50 = 'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py'
+VIT_S = 'mocov3/mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py'
+VIT_B = 'mocov3/mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py'
 LINEAR = {
     R50: 'benchmarks/linear_mocov3-r50_8xb128-coslr-90e_in1k.py',
     VIT_S: 'benchmarks/linear_mocov3-vit-small-p16_8xb128-coslr-90e_in1k.py',

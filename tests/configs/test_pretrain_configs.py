@@ -12,11 +12,11 @@ from .conftest import config_path
 
 PRETRAIN = [
     'mocov2_r50_8xb32.py',
-    'mocov2_r50_8xb32-coslr-200e_in1k.py',
-    'mocov2_r50_8xb32-coslr-800e_in1k.py',
-    'mocov1_r50_8xb32-steplr-200e_in1k.py',
-    'mocov2_r50_8xb32-coslr-200e_folder.py',
-    'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
+    'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py',
+    'mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py',
+    'mocov1/mocov1_r50_8xb32-steplr-200e_in1k.py',
+    'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
 ]
 
 
@@ -42,13 +42,16 @@ def test_mocov2_200e_recipe():
     views = cfg.train_dataloader.dataset.pipeline[1].transforms[0]
     assert 'mocoplug.FastGaussianBlur' in [v['type'] for v in views]
     assert Config.fromfile(
-        config_path('mocov2_r50_8xb32-coslr-200e_in1k.py')).model == cfg.model
+        config_path(
+            'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')).model == cfg.model
 
 
 def test_mocov2_800e_and_mocov1_recipes():
-    long = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-800e_in1k.py'))
+    long = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py'))
     assert long.param_scheduler[0].T_max == long.train_cfg.max_epochs == 800
-    v1 = Config.fromfile(config_path('mocov1_r50_8xb32-steplr-200e_in1k.py'))
+    v1 = Config.fromfile(
+        config_path('mocov1/mocov1_r50_8xb32-steplr-200e_in1k.py'))
     assert v1.model.neck.num_layers == 1
     assert v1.model.head.temperature == 0.07
     assert v1.param_scheduler == [
@@ -88,9 +91,9 @@ def test_mocov2_views_are_mmpretrains_with_the_fast_transforms():
             out['type'] = out['type'][len('mocoplug.Fast'):]
         return out
 
-    for name in ('mocov2_r50_8xb32-coslr-200e_in1k.py',
-                 'mocov2_r50_8xb32-coslr-800e_in1k.py',
-                 'mocov2_r50_8xb32-coslr-200e_folder.py'):
+    for name in ('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py',
+                 'mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py',
+                 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'):
         ours = Config.fromfile(config_path(name)).train_dataloader
         ours = ours.dataset.pipeline
         loader = dict(ours[0])
@@ -106,7 +109,8 @@ def test_mocov2_views_are_mmpretrains_with_the_fast_transforms():
 
 
 def test_folder_variant_reads_unlabelled_images():
-    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
+    cfg = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'))
     assert cfg.train_dataloader.dataset.type == 'CustomDataset'
     assert cfg.train_dataloader.dataset.with_label is False
 

@@ -26,7 +26,8 @@ REASONS = {
 @pytest.fixture(scope='module')
 def folder_dataset_cfg():
     """The folder config's dataset as shipped, its crops at 16 px."""
-    cfg = Config.fromfile(config_path('mocov2_r50_8xb32-coslr-200e_folder.py'))
+    cfg = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'))
     dataset = cfg.train_dataloader.dataset.to_dict()
     dataset['pipeline'] = shrink_crops(dataset['pipeline'], 16)
     return dataset

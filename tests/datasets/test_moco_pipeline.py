@@ -31,7 +31,7 @@ def views(pipeline, img, seed):
 
 def test_same_views_as_mmpretrain_up_to_rounding():
     ours_cfg = Config.fromfile(
-        config_path('mocov2_r50_8xb32-coslr-200e_in1k.py'))
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py'))
     ours_cfg = ours_cfg.train_dataloader.dataset.pipeline
     base_cfg = Config.fromfile(BASE).train_pipeline
     diffs, identical = [], 0

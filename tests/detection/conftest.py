@@ -25,7 +25,8 @@ COCO_C4 = osp.join(ROOT, 'configs', 'detection',
                    'mask-rcnn_r50-c4_syncbn-ms-1x_coco.py')
 COCO_FPN = osp.join(ROOT, 'configs', 'detection',
                     'mask-rcnn_r50-fpn_syncbn-ms-1x_coco.py')
-MOCOV2 = osp.join(ROOT, 'configs', 'mocov2_r50_8xb32-coslr-200e_in1k.py')
+MOCOV2 = osp.join(ROOT, 'configs',
+                  'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
 _RUN_IDS = itertools.count()
 
 

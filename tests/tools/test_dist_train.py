@@ -12,7 +12,8 @@ from ..gloo import free_port
 
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DIGITS = 'configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
+DIGITS = ('configs/mocov2/'
+          'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
 def checkout_after_setup(tmp_path):

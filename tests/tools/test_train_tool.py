@@ -7,7 +7,7 @@ from mmengine.config import Config
 CONFIG = os.path.join(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    'configs', 'mocov2_r50_8xb32-coslr-200e_in1k.py')
+    'configs', 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
 
 
 def merged(load_tool, *argv):

@@ -11,13 +11,14 @@ from mocoplug.utils import use_device_augmentation
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SWITCHED = [
-    ('mocov2_r50_8xb32-coslr-200e_in1k.py',
-     'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py', False),
-    ('mocov2_r50_8xb32-coslr-200e_in1k.py',
-     'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py', True),
-    ('mocov3_r50_8xb512-amp-coslr-100e_in1k.py',
-     'mocov3_r50_8xb512-amp-coslr-100e_in1k_device-aug.py', False),
-    ('mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
+    ('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py',
+     'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py', False),
+    ('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py',
+     'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py', True),
+    ('mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py',
+     'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k_device-aug.py', False),
+    ('mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
+     'mocov2/'
      'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits_device-aug.py',
      False),
 ]
@@ -61,11 +62,12 @@ def test_device_configs_are_the_recipes_switched(recipe, switched_config,
 
 
 def test_clear_errors():
-    cfg = load('mocov2_r50_8xb32-coslr-200e_in1k.py')
+    cfg = load('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
     cfg.train_dataloader.dataset.pipeline = [dict(type='PackInputs')]
     with pytest.raises(ValueError, match='exactly one MultiView'):
         use_device_augmentation(cfg)
-    cfg = load('mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    cfg = load(
+        'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
     with pytest.raises(ValueError, match='decode_on_device needs'):
         use_device_augmentation(cfg, decode_on_device=True)
     cfg.data_preprocessor.type = 'TwoNormDataPreprocessor'

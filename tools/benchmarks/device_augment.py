@@ -39,12 +39,13 @@ from .common import (CONFIGS, cpu_name, load_average, markdown_table,
                      median_ms, write_json)
 from .pipeline import make_images
 
-V2_DEVICE = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
-V2_DECODE = osp.join(CONFIGS,
-                     'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
-DIGITS = osp.join(CONFIGS,
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
-FOLDER = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_folder.py')
+V2_DEVICE = osp.join(CONFIGS,
+                     'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
+V2_DECODE = osp.join(
+    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+FOLDER = osp.join(CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py')
 
 
 def build_preprocessor(config: str, device: torch.device):

@@ -23,7 +23,8 @@ import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import MomentumUpdateHook, RepresentationHealthHook
 from .common import median_ms, round_robin_ms
 
-DIGITS = 'configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
+DIGITS = ('configs/mocov2/'
+          'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
 def parse_args(argv=None):

@@ -21,7 +21,7 @@ from mocoplug.engine.optimizers import MoCoV3LARS
 from mocoplug.models import MoCoProjectionNeck
 from .common import machine, round_robin_ms
 
-# configs/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
+# configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
 LR, MOMENTUM, WEIGHT_DECAY = 9.6, 0.9, 1e-6
 
 

@@ -29,8 +29,8 @@ from mmengine.registry import RUNNERS
 
 from .common import CONFIGS, ROOT, load_average, rss_bytes, tool_module
 
-DIGITS = osp.join(CONFIGS,
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 MIB = 1024 * 1024
 
 

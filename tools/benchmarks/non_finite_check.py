@@ -23,8 +23,8 @@ import mocoplug  # noqa: F401
 from mocoplug.engine.hooks import NonFiniteLossHook
 from .common import CONFIGS
 
-DIGITS = osp.join(CONFIGS,
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 
 
 def main(argv=None) -> None:

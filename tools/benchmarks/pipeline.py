@@ -68,11 +68,12 @@ warnings.filterwarnings('ignore', message="Only use 'alpha'")
 MMPRETRAIN_BASE = osp.join(
     osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_', 'datasets',
     'imagenet_bs32_mocov2.py')
-DEFAULT_CONFIG = osp.join(CONFIGS, 'mocov2_r50_8xb32-coslr-200e_in1k.py')
-DEVICE_CONFIG = osp.join(CONFIGS,
-                         'mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
-DECODE_CONFIG = osp.join(CONFIGS,
-                         'mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
+DEFAULT_CONFIG = osp.join(CONFIGS,
+                          'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
+DEVICE_CONFIG = osp.join(
+    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
+DECODE_CONFIG = osp.join(
+    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
 # ImageNet's most common sizes (width x height)
 SIZES = [(500, 375), (375, 500), (500, 333), (500, 400), (500, 500),
          (400, 500), (500, 332), (333, 500)]

@@ -19,7 +19,8 @@ ROOT = os.path.dirname(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CONFIG = os.path.join(
-    ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 DEVICE_AUGMENT_CONFIG = CONFIG.replace('.py', '_device-aug.py')
 BATCH = 8
 ITERS_PER_EPOCH = 2  # 16 images

@@ -40,7 +40,8 @@ def run(cfg):
 def test_on_by_default_and_a_good_setup_passes(tiny_moco_runner_cfg, tmp_path,
                                                loaded):
     cfg = Config.fromfile(
-        config_path('mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'))
+        config_path(
+            'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'))
     assert cfg.default_hooks.moco_config_check == CHECK
     runner = run(tiny_moco_runner_cfg(tmp_path, max_iters=1))
     assert any(isinstance(h, MoCoConfigCheckHook) for h in runner.hooks)

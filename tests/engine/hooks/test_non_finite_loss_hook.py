@@ -18,7 +18,8 @@ ROOT = os.path.dirname(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DIGITS = os.path.join(
-    ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 # The command (lr 1e8), scaled down: 64 digits, 4 batches of 16 per
 # epoch, a checkpoint after every iteration.
 DIVERGING = [
@@ -41,10 +42,11 @@ def all_finite(path):
 
 def test_on_by_default_in_every_pretraining_config():
     names = [
-        os.path.basename(p)
-        for p in glob.glob(os.path.join(ROOT, 'configs', 'moco*.py'))
+        os.path.relpath(p, os.path.join(ROOT, 'configs'))
+        for pattern in ('moco*.py', 'mocov*/*.py')
+        for p in glob.glob(os.path.join(ROOT, 'configs', pattern))
     ]
-    assert len(names) >= 9
+    assert len(names) >= 13  # configs/mocov2_r50_8xb32.py + mocov*/
     for name in names:
         cfg = Config.fromfile(os.path.join(ROOT, 'configs', name))
         assert cfg.default_hooks.non_finite_loss == dict(

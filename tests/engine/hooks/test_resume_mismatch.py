@@ -21,7 +21,8 @@ ROOT = os.path.dirname(
     os.path.dirname(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CONFIG = os.path.join(
-    ROOT, 'configs', 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 NEW_RUN = ('Resume with the config the checkpoint was written with (a copy '
            'is the text of the checkpoint\'s meta["cfg"]). For a deliberate '
            'partial start from these weights, use load_from=CHECKPOINT '

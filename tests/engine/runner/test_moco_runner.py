@@ -32,8 +32,8 @@ from ...gloo import free_port, join_gloo_group
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 CONFIGS = osp.join(ROOT, 'configs')
-DIGITS = osp.join(CONFIGS,
-                  'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 LINEAR_FOLDER = osp.join(CONFIGS, 'benchmarks',
                          'linear_r50_8xb32-steplr-100e_folder.py')
 VOC_C4 = osp.join(CONFIGS, 'detection',

@@ -45,11 +45,12 @@ def config(name):
     return Config.fromfile(osp.join(ROOT, 'configs', name))
 
 
-V2 = config('mocov2_r50_8xb32-coslr-200e_in1k.py').view_pipeline
-V3_CFG = config('mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
+V2 = config('mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py').view_pipeline
+V3_CFG = config('mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
 V3 = [V3_CFG.view_pipeline1, V3_CFG.view_pipeline2]
 DIGITS = config(
-    'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py').view_pipeline
+    'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
+).view_pipeline
 
 
 def assert_rate(flags, p):

@@ -3,7 +3,7 @@
 # The device blur is a true Gaussian (mocoplug's FastGaussianBlur), where
 # the per-image recipe uses mmpretrain's PIL box approximation.
 #   python tools/train.py \
-#       configs/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits_device-aug.py
+#       configs/mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits_device-aug.py  # noqa: E501
 #   python tools/demo.py --device-augment
 _base_ = './mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'
 

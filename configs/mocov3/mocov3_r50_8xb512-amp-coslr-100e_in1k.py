@@ -8,65 +8,32 @@
 # Published linear top-1 (not measured here): 68.9 (100 ep), 72.8 (300 ep,
 # with lr 0.3 per 256 and --epochs=300).
 #
-#   tools/dist_train.sh configs/mocov3_r50_8xb512-amp-coslr-100e_in1k.py 8
+#   tools/dist_train.sh \
+#       configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py 8
+# The dataset base: the official two asymmetric views, crop scale (0.2, 1)
+# as --crop-min=.2, 512 images per GPU. The model base: MoCo v3's MLPs.
 _base_ = [
-    'mmpretrain::_base_/datasets/imagenet_bs512_mocov3.py',
-    '_base_/default_runtime.py',
+    '../_base_/datasets/imagenet_bs512_mocov3.py',
+    '../_base_/models/mocov3.py',
+    '../_base_/default_runtime.py',
 ]
-# The dataset base is the official two asymmetric views: crop scale
-# (0.2, 1) as --crop-min=.2; blur prob 1.0 / 0.1; solarize 0 / 0.2.
-# mmengine 0.10.7 tags every dict inherited from an `mmpretrain::` base with
-# `_scope_` and passes all keys of `collate_fn` to the function, which then
-# fails on `_scope_`: restate the collate function without it.
-train_dataloader = dict(
-    batch_size=512, collate_fn=dict(_delete_=True, type='default_collate'))
 
 temperature = 1.0
-norm_cfg = dict(type='SyncBN')  # SyncBN everywhere, as the official code
 model = dict(
-    type='MoCoV3',
     backbone=dict(
         type='ResNet',
         depth=50,
-        norm_cfg=norm_cfg,
+        # SyncBN everywhere (the MLPs' too), as the official code
+        norm_cfg=dict(type='SyncBN'),
         # torchvision resnet50(zero_init_residual=True) in the official code
         zero_init_residual=True),
-    # projector 2048-4096-256: Linear-BN-ReLU-Linear-BN(no affine)
-    neck=dict(
-        type='MoCoProjectionNeck',
-        in_channels=2048,
-        hid_channels=4096,
-        out_channels=256,
-        num_layers=2,
-        with_bias=False,
-        with_bn=True,
-        with_last_bn=True,
-        with_last_bn_affine=False,
-        norm_cfg=norm_cfg,
-        with_avg_pool=True),
-    # predictor 256-4096-256: no last BN for ResNet (moco/builder.py)
-    predictor=dict(
-        type='MoCoProjectionNeck',
-        in_channels=256,
-        hid_channels=4096,
-        out_channels=256,
-        num_layers=2,
-        with_bias=False,
-        with_bn=True,
-        with_last_bn=False,
-        norm_cfg=norm_cfg,
-        with_avg_pool=False),
+    # projector 2048-4096-256 on the pooled features
+    neck=dict(in_channels=2048, num_layers=2, with_avg_pool=True),
     # CE over the 4096 keys of the global batch, times 2 * tau
     head=dict(
         type='InfoNCEHead',
         temperature=temperature,
         loss=dict(type='CrossEntropyLoss', loss_weight=2 * temperature)))
-
-# theta_k <- m theta_k + (1 - m) theta_q after every step, m from 0.99 to 1
-# on a half-cycle cosine over all iterations (--moco-m 0.99 --moco-m-cos).
-custom_hooks = [
-    dict(type='MomentumUpdateHook', momentum=0.99, schedule='cosine')
-]
 
 # LARS as in the authors' code (moco/optimizer.py): lr 0.6 x 4096 / 256 =
 # 9.6, wd 1e-6, momentum 0.9, trust coefficient 0.001. Weights (ndim > 1)

@@ -11,7 +11,7 @@
 # tau 0.2, AdamW lr 2.4e-3 at batch 4096, wd 0.1, 40 warmup epochs, m 0.99.
 #
 #   tools/dist_train.sh \
-#       configs/mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py 16
+#       configs/mocov3/mocov3_vit-base-p16_16xb256-amp-coslr-300e_in1k.py 16
 _base_ = './mocov3_vit-small-p16_16xb256-amp-coslr-300e_in1k.py'
 
 model = dict(

@@ -1,6 +1,7 @@
 # MoCo v2 on any folder of unlabeled images (jpg, png, ...; sub-folders are
 # searched too), e.g. your own domain data:
-#   tools/dist_train.sh configs/mocov2_r50_8xb32-coslr-200e_folder.py 8 \
+#   tools/dist_train.sh \
+#       configs/mocov2/mocov2_r50_8xb32-coslr-200e_folder.py 8 \
 #       --cfg-options train_dataloader.dataset.data_root=/path/to/images
 # On one GPU: python tools/train.py <this config> --cfg-options \
 #       train_dataloader.dataset.data_root=/path/to/images \

@@ -5,7 +5,7 @@
 # crops, resizes (antialiased bilinear, as PIL), flips and augments as
 # mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py.
 #   tools/dist_train.sh \
-#       configs/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py 8
+#       configs/mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py 8
 _base_ = './mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py'
 
 train_dataloader = dict(

@@ -6,7 +6,7 @@
 # mocoplug's FastColorJitter / FastGaussianBlur (mmpretrain's PIL versions
 # differ from them by less than one grey level on average).
 #   tools/dist_train.sh \
-#       configs/mocov3_r50_8xb512-amp-coslr-100e_in1k_device-aug.py 8
+#       configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k_device-aug.py 8
 _base_ = './mocov3_r50_8xb512-amp-coslr-100e_in1k.py'
 
 views = [{{_base_.view_pipeline1}}, {{_base_.view_pipeline2}}]

@@ -6,7 +6,7 @@
 # halves); values as the per-image Fast* transforms (see
 # mocoplug/models/utils/batch_augments/).
 #   tools/dist_train.sh \
-#       configs/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py 8
+#       configs/mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py 8
 # Any config using MultiView + SelfSupDataPreprocessor switches the same
 # way: GeometricMultiView in place of MultiView, and this data_preprocessor
 # with the same transforms / num_views (mocoplug.utils.

@@ -3,7 +3,7 @@
 # (He et al., CVPR 2020): linear projection 2048->128, tau=0.07, K=65536,
 # m=0.999, SGD lr 0.03 (batch 256) momentum 0.9 wd 1e-4, lr x0.1 at epochs
 # 120 and 160, v1 augmentation (no blur). Published linear top-1: 60.6.
-_base_ = './mocov2_r50_8xb32-coslr-200e_in1k.py'
+_base_ = '../mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py'
 
 model = dict(
     neck=dict(
@@ -18,7 +18,7 @@ model = dict(
 # jitter 0.4 always (hue 0.4 too), flip. Images are loaded as BGR, hence the
 # grayscale channel weights in B, G, R order. Fast* are mocoplug's faster
 # versions of mmpretrain's transforms (same parameters and random draws);
-# see the MoCo v2 config for the `mocoplug.` prefix.
+# see _base_/datasets/imagenet_bs32_mocov2.py for the `mocoplug.` prefix.
 view_pipeline = [
     dict(
         type='RandomResizedCrop',

@@ -1,0 +1,8 @@
+# ImageNet-1k, 512 images per GPU, MoCo v3's two asymmetric views (crop
+# scale 0.2-1; blur prob 1.0 / 0.1, solarize 0 / 0.2): mmpretrain's dataset
+# base, with its collate function restated without the `_scope_` tag that
+# mmengine 0.10.7 adds and default_collate would receive as an argument
+# (see imagenet_bs32_mocov2.py).
+_base_ = 'mmpretrain::_base_/datasets/imagenet_bs512_mocov3.py'
+
+train_dataloader = dict(collate_fn=dict(_delete_=True, type='default_collate'))
