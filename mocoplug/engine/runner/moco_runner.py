@@ -16,7 +16,8 @@ from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
                             leave_process_group_at_exit)
 from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
                               has_accelerator, join_cpu_process_group)
-from .idle_workers import without_idle_persistent_workers
+from .dataloader_options import (without_collate_scope,
+                                 without_idle_persistent_workers)
 
 ConfigType = Union[Dict, Config, ConfigDict]
 
@@ -61,7 +62,9 @@ class MoCoRunner(Runner):
       too (:func:`mocoplug.utils.enabled_default_hooks`; mmengine 0.10.7
       asserts on names other than its own);
     - a dataloader without workers ignores ``persistent_workers=True``
-      (mmpretrain's ``tools/train.py`` sets it everywhere);
+      (mmpretrain's ``tools/train.py`` sets it everywhere), and a
+      ``collate_fn`` inherited through ``mmpretrain::``/``mocoplug::``
+      loses the ``_scope_`` tag mmengine would pass to the function;
     - without an accelerator, a distributed run (``--launcher pytorch``)
       joins a gloo process group and wraps the model in DDP for CPU
       modules; with one, the config's backend stays (nccl by default);
@@ -114,9 +117,11 @@ class MoCoRunner(Runner):
                          seed: Optional[int] = None,
                          diff_rank_seed: bool = False) -> DataLoader:
         """mmengine's, without ``persistent_workers`` for a dataloader
-        that has no workers."""
+        that has no workers and without an inherited ``collate_fn``'s
+        ``_scope_`` tag."""
         if isinstance(dataloader, dict):
             dataloader = without_idle_persistent_workers(dataloader)
+            dataloader = without_collate_scope(dataloader)
         return Runner.build_dataloader(
             dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
 

@@ -24,7 +24,8 @@ from PIL import Image
 from mocoplug.engine.runner import MoCoRunner, cpu_distributed
 from mocoplug.engine.runner.cpu_distributed import (cpu_model_wrapper_cfg,
                                                     dist_cfg_for_this_machine)
-from mocoplug.engine.runner.idle_workers import without_idle_persistent_workers
+from mocoplug.engine.runner.dataloader_options import (
+    without_collate_scope, without_idle_persistent_workers)
 from mocoplug.utils import leave_process_group, process_group
 from ...conftest import unique_experiment_name
 from ...gloo import free_port, join_gloo_group
@@ -152,6 +153,30 @@ def test_a_dataloader_without_workers_ignores_persistent_workers():
     assert loader['persistent_workers'] is True  # not changed in place
     with_workers = dict(num_workers=2, persistent_workers=True)
     assert without_idle_persistent_workers(with_workers) is with_workers
+
+
+def test_a_config_inherited_through_mocoplug_builds_its_dataloader(tmp_path):
+    """A user's config that inherits a shipped one as ``mocoplug::...``
+    resolves it from the imported package (an editable install included)
+    and gets a dataloader: mmengine tags the inherited ``collate_fn`` with
+    ``_scope_``, which plain mmengine passes to the function."""
+    user_cfg = tmp_path / 'my_digits.py'
+    user_cfg.write_text(
+        "_base_ = 'mocoplug::mocov2/"
+        "mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py'\n")
+    cfg = Config.fromfile(str(user_cfg))
+    loader = cfg.train_dataloader.to_dict()
+    assert loader['collate_fn'] == dict(
+        type='default_collate', _scope_='mocoplug')
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        with pytest.raises(TypeError, match='_scope_'):
+            next(iter(Runner.build_dataloader(copy.deepcopy(loader))))
+        batch = next(iter(MoCoRunner.build_dataloader(loader)))
+    views = batch['inputs']
+    assert len(views) == 2 and views[0].shape[0] == loader['batch_size']
+    assert without_collate_scope(
+        dict(collate_fn=dict(type='default_collate'))) == dict(
+            collate_fn=dict(type='default_collate'))
 
 
 @pytest.mark.parametrize('machine, given, expected',
