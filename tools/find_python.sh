@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by tools/dist_train.sh, tools/dist_test.sh and tools/slurm_train.sh:
-# the Python that runs mocoplug, so that they work in a new shell as typed.
+# the Python that runs mocoplug, so that they work in a new shell as typed,
+# and the torchrun launch the two dist_*.sh scripts share.
 #   1. $PYTHON, when it is set;
 #   2. `python` on PATH, when it has torch and mmengine (an activated venv or
 #      conda environment);
@@ -33,4 +34,22 @@ sys.exit(not all(importlib.util.find_spec(m) for m in ("torch", "mmengine")))
     "tools/setup_env.sh) in $root to create it, activate the environment" \
     "you installed mocoplug in, or set PYTHON=/path/to/python." >&2
   return 1
+}
+
+# torchrun_tool SCRIPT GPUS_PER_NODE [ARGS...]: run tools/SCRIPT ARGS under
+# torch.distributed.run with this checkout on PYTHONPATH, one process per
+# GPU; multi-node through NNODES, NODE_RANK, MASTER_ADDR and PORT.
+torchrun_tool() {
+  local root python script=$1 gpus=$2
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  python=$(find_python "$root")
+  shift 2
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
+  "$python" -m torch.distributed.run \
+      --nnodes="${NNODES:-1}" \
+      --node_rank="${NODE_RANK:-0}" \
+      --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+      --master_port="${PORT:-29500}" \
+      --nproc_per_node="$gpus" \
+      "$root/tools/$script" "$@"
 }

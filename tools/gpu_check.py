@@ -42,22 +42,10 @@ working. Each run is built from the config through mmengine
 (``Config.fromfile``, overrides, then ``RUNNERS.build`` when the config
 names a ``runner_type``, else ``Runner.from_cfg``).
 
-The lent GPU machine has torch but no OpenMMLab packages and no network.
-Here, once, in the repository root (the wheels: mmengine, mmcv-lite,
-mmpretrain, mmdet and their small dependencies; mmcv-lite has no compiled
-ops, so nothing of detection runs there)::
+On a machine without the OpenMMLab packages and without network, install
+them from local wheels first (docs/get_started.md), then::
 
-    echo /.whl/ >> .git/info/exclude
-    mkdir -p .whl && cp /work/shared/device-wheels/*.whl .whl/
-
-then run there, carrying ``.whl`` (the device tool's ``carry=['.whl']``,
-``timeout_s=600``; estimated, never measured: 5 to 8 minutes on one
-H100)::
-
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site \\
-        .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \\
-        PYTHONUNBUFFERED=1 python3 tools/gpu_check.py \\
-        --out $OUT/gpu_check.json --work-dir /tmp/gpu_check
+    python3 tools/gpu_check.py --out gpu_check.json --work-dir /tmp/gpu_check
 
 The report is rewritten after every step, so a run stopped at the time
 limit still brings back the steps it finished; ``--steps`` splits the

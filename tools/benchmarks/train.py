@@ -294,11 +294,10 @@ class FloorMoCo(nn.Module):
         super().__init__()
         self.backbone = copy.deepcopy(ours.backbone)
         self.neck = copy.deepcopy(ours.neck)
+        self.predictor = copy.deepcopy(getattr(ours, 'predictor', None))
         self.key_encoder = nn.Sequential(
             copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
         self.key_encoder.requires_grad_(False)
-        self.register_buffer('queue', ours.queue().clone())
-        self.ptr = 0
         self.tau, self.momentum = tau, momentum
         self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
         self.online = list(self.backbone.parameters()) + list(
@@ -307,6 +306,16 @@ class FloorMoCo(nn.Module):
         self.amp = Amp(args)
         self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(STD).view(1, 3, 1, 1)
+        if self.predictor is None:
+            self.register_buffer('queue', ours.queue().clone())
+            self.ptr = 0
+
+    def update(self, loss: torch.Tensor) -> None:
+        """Backward, optimizer step and momentum update."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.amp.backward_step(loss, self.optimizer)
+        with torch.no_grad():
+            torch._foreach_lerp_(self.target, self.online, 1 - self.momentum)
 
     def step(self, raw: List[torch.Tensor]) -> None:
         im_q, im_k = (normalise(x, self.mean, self.std) for x in raw)
@@ -315,35 +324,15 @@ class FloorMoCo(nn.Module):
             with torch.no_grad():
                 k = self.key_encoder[1](self.key_encoder[0](im_k))[0]
         q, k = F.normalize(q.float(), dim=1), F.normalize(k.float(), dim=1)
-        loss, _ = fused_info_nce(q, k, self.queue, self.tau)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.amp.backward_step(loss, self.optimizer)
+        self.update(fused_info_nce(q, k, self.queue, self.tau)[0])
         with torch.no_grad():
-            torch._foreach_lerp_(self.target, self.online, 1 - self.momentum)
             n = k.shape[0]
             self.queue[self.ptr:self.ptr + n] = k
             self.ptr = (self.ptr + n) % self.queue.shape[0]
 
 
-class FloorMoCoV3(nn.Module):
+class FloorMoCoV3(FloorMoCo):
     """MoCo v3's step and nothing else (copies of ours' modules)."""
-
-    def __init__(self, ours: MoCoV3, args, tau: float, momentum: float):
-        super().__init__()
-        self.backbone = copy.deepcopy(ours.backbone)
-        self.neck = copy.deepcopy(ours.neck)
-        self.predictor = copy.deepcopy(ours.predictor)
-        self.key_encoder = nn.Sequential(
-            copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
-        self.key_encoder.requires_grad_(False)
-        self.tau, self.momentum = tau, momentum
-        self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
-        self.online = list(self.backbone.parameters()) + list(
-            self.neck.parameters())
-        self.target = list(self.key_encoder.parameters())
-        self.amp = Amp(args)
-        self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-        self.std = torch.tensor(STD).view(1, 3, 1, 1)
 
     def step(self, raw: List[torch.Tensor]) -> None:
         v1, v2 = (normalise(x, self.mean, self.std) for x in raw)
@@ -361,11 +350,7 @@ class FloorMoCoV3(nn.Module):
                 return F.cross_entropy(q @ k.t() / self.tau,
                                        labels) * (2 * self.tau)
 
-        loss = ctr(q1, k2) + ctr(q2, k1)
-        self.optimizer.zero_grad(set_to_none=True)
-        self.amp.backward_step(loss, self.optimizer)
-        with torch.no_grad():
-            torch._foreach_lerp_(self.target, self.online, 1 - self.momentum)
+        self.update(ctr(q1, k2) + ctr(q2, k1))
 
 
 def normalise(x: torch.Tensor, mean, std) -> torch.Tensor:

@@ -5,7 +5,8 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 
 from mocoplug.registry import TRANSFORMS
-from .view_pipeline_split import split_view_pipeline, transform_name
+from .view_pipeline_split import (repeat_per_view, split_view_pipeline,
+                                  transform_name)
 
 
 def _single_view_geometry(pipeline: List[dict]):
@@ -53,16 +54,9 @@ class CropBoxMultiView(BaseTransform):
 
     def __init__(self, transforms: List[List[dict]],
                  num_views: Union[int, List[int]]) -> None:
-        if isinstance(num_views, int):
-            num_views = [num_views]
-        if len(num_views) != len(transforms):
-            raise ValueError(
-                f'CropBoxMultiView: {len(transforms)} view pipelines for '
-                f'num_views={num_views}')
-        geometries = [_single_view_geometry(p) for p in transforms]
-        self.views = [
-            g for g, n in zip(geometries, num_views) for _ in range(n)
-        ]
+        self.views = repeat_per_view(
+            'CropBoxMultiView', [_single_view_geometry(p) for p in transforms],
+            num_views)
 
     def transform(self, results: dict) -> dict:
         height, width = results['img_shape'][:2]

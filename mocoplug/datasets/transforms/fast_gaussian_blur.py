@@ -18,10 +18,9 @@ class FastGaussianBlur(GaussianBlur):
     """mmpretrain's ``GaussianBlur`` (same arguments, same random draws of
     the probability and of sigma), computed with OpenCV.
 
-    Why mmpretrain's is slow: it calls PIL's ``GaussianBlur``, which
-    approximates the Gaussian by three "extended box" passes per axis on a
-    4-channel copy of the image, at about 1.6-2.2 ms for 224 x 224 whatever
-    sigma (measured; OpenCV's separable Gaussian takes 0.06-0.3 ms).
+    mmpretrain's calls PIL's ``GaussianBlur`` (three "extended box" passes
+    per axis on a 4-channel copy), several times slower than OpenCV's
+    separable Gaussian (docs/design_notes.md#cpu-speed-choices).
 
     The blur is a Gaussian of standard deviation ``radius`` (mmpretrain and
     the official MoCo code pass sigma as PIL's radius, drawn from

@@ -90,3 +90,15 @@ def split_view_pipeline(
                 'device; use the per-image pipeline (MultiView) for this '
                 'recipe')
     return worker, device
+
+
+def repeat_per_view(owner: str, items: list,
+                    num_views: Union[int, List[int]]) -> list:
+    """Each view pipeline's item repeated ``num_views`` times, as mmpretrain's
+    ``MultiView`` counts views; a count per pipeline is required."""
+    if isinstance(num_views, int):
+        num_views = [num_views]
+    if len(num_views) != len(items):
+        raise ValueError(f'{owner}: {len(items)} view pipelines for '
+                         f'num_views={num_views}')
+    return [item for item, n in zip(items, num_views) for _ in range(n)]

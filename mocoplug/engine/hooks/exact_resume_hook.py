@@ -1,67 +1,17 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Make ``--resume`` continue bit-identically to an uninterrupted run.
 
-mmengine 0.10.7 restores the model (MoCo's queue, pointer, ids and key
-encoder are buffers and parameters), the optimizer, the parameter schedulers
-and the message hub, and re-seeds from the checkpoint's seed; the momentum
-schedule follows ``runner.iter``. It does not restore the random streams:
-augmentations, MoCo's SplitBN key shuffle (``torch.randperm``) and anything
-else drawn after the resume differ from the uninterrupted run.
-
-What draws random numbers between a checkpoint and the next training step
-(read from mmengine 0.10.7 and torch):
-
-- uninterrupted run: the hooks after the checkpoint in ``after_train_epoch``
-  / ``after_train_iter``, the validation loop, and creating the epoch's
-  dataloader iterator (one torch draw for its base seed; with
-  ``persistent_workers`` only the first epoch creates one, later epochs
-  reset it without drawing); with ``num_workers=0`` the first batch is then
-  augmented in the main process;
-- resumed run: everything of ``Runner.train`` before the loop (mmengine
-  re-seeds in ``resume`` when the seeds differ), ``before_train`` hooks,
-  creating the iterator (always a draw), and with ``IterBasedTrainLoop``
-  mmengine skips the iterations already done by *loading* them again
-  (``IterBasedTrainLoop.run``), augmentations included.
-
-So a snapshot restored "on resume" would be consumed differently by the two
-runs. Instead this hook takes the snapshot at a fixed point (the end of the
-epoch, or the iteration whose checkpoint is being saved, after every hook of
-priority LOW such as ``KNNMonitorHook`` and before ``CheckpointHook``), and
-applies it, in the uninterrupted run *and* in the resumed one, at the same
-later point: just before the next batch is loaded (``num_workers=0``), or
-just before the next training step (workers load the data, so the main
-process's draws for the iterator do not matter).
-
-Dataloader workers: mmengine's sampler order is a function of (seed, epoch)
-and its ``worker_init_fn`` seeds each new worker from (seed, rank, worker
-id). Persistent workers keep their generators across epochs, which a
-resumed run cannot reproduce; the hook puts
-:class:`~mocoplug.datasets.transforms.ReseedWorkerPerEpoch` at the head of
-the training pipeline so every worker re-seeds from (seed, epoch, rank,
-worker id) at each epoch, persistent or not. (Seeding every sample from
-(seed, epoch, index) would also work but needs the epoch inside each
-sample's index or a dataset wrapper in every config; per-epoch re-seeding
-is one cheap step per worker and epoch and needs no config change.) With
-``IterBasedTrainLoop`` mmengine replays the skipped batches through the
-same kind of workers, which reproduces their generators exactly, so the
-pipeline is left as it is.
-
-Exact under these conditions (tested on CPU in
-tests/engine/hooks/test_exact_resume_hook.py): a checkpoint taken at an
-epoch end (``EpochBasedTrainLoop``) or at any iteration
-(``IterBasedTrainLoop``), ``num_workers`` 0 or more, persistent workers or
-not, the same number of processes and workers as the saved run; on GPU also
-deterministic kernels (``randomness=dict(deterministic=True)``, i.e. cudnn
-deterministic), as for any bit-identical rerun. Not exact, with a warning at
-resume: checkpoints without this state (older ones), a checkpoint taken
-mid-epoch under ``EpochBasedTrainLoop`` (mmengine restarts that epoch from
-its first batch), another world size or ``num_workers``, other train loops,
-and a sampler whose seed cannot be restored.
-
-A checkpoint whose model tensors do not all fit the model (another shape,
-missing or unexpected: e.g. another ``model.queue.size``) is refused before
-training: mmengine would resume it with ``strict=False`` and train on with
-those tensors as initialised (:mod:`mocoplug.utils.resume_fit`).
+mmengine 0.10.7 restores the model, optimizer, schedulers and message hub
+but not the random streams (augmentations, the SplitBN key shuffle...).
+This hook snapshots them at a fixed point (an epoch end, or an iteration
+whose checkpoint is being saved) and applies the snapshot, in the
+uninterrupted run and in the resumed one, just before the next batch is
+loaded (``num_workers=0``) or the next step runs (workers); dataloader
+workers re-seed from (seed, epoch, rank, worker id) every epoch
+(:class:`~mocoplug.datasets.transforms.ReseedWorkerPerEpoch`). What is
+exact under which settings, and why: docs/design_notes.md#exact-resume.
+A checkpoint whose model tensors do not all fit the model is refused
+before training (:mod:`mocoplug.utils.resume_fit`).
 """
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -70,6 +20,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 
+from mocoplug.datasets import dataset_transforms
 from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
 from mocoplug.utils.resume_fit import check_resume_fits
@@ -102,20 +53,6 @@ class _ApplyBeforeNext:
         else:
             self.hook.apply_pending()
         return next(self.iterator)
-
-
-def _find_pipeline(dataset: Any) -> Optional[list]:
-    """The transform list of a dataset's pipeline, looking through
-    wrappers (``.dataset``); None when there is none or several."""
-    for _ in range(8):
-        pipeline = getattr(dataset, 'pipeline', None)
-        transforms = getattr(pipeline, 'transforms', None)
-        if isinstance(transforms, list):
-            return transforms
-        if not hasattr(dataset, 'dataset'):
-            return None
-        dataset = dataset.dataset
-    return None
 
 
 @HOOKS.register_module()
@@ -184,7 +121,7 @@ class ExactResumeHook(Hook):
 
     def _install_seeder(self, runner: Runner) -> None:
         loader = runner.train_loop.dataloader
-        transforms = _find_pipeline(loader.dataset)
+        transforms = dataset_transforms(loader.dataset)
         if transforms is None:
             if getattr(loader, 'persistent_workers', False):
                 print_log(

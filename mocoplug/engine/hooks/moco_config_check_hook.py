@@ -16,6 +16,7 @@ from mmpretrain.utils import get_ori_model
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 
+from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
 from .momentum_update_hook import MomentumUpdateHook
 
@@ -170,10 +171,7 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
     queue = getattr(model, 'queue', None)
     if not getattr(queue, 'exclude_same_instance', False):
         return
-    base = dataset
-    while not isinstance(base, (BaseDataset, ConcatDataset)) and \
-            hasattr(base, 'dataset'):
-        base = base.dataset  # RepeatDataset, ClassBalancedDataset, ...
+    base = unwrap_dataset(dataset)  # RepeatDataset, ...
     if isinstance(base, ConcatDataset):
         raise ValueError(
             f'{EXCLUDE} masks keys by their dataset index (sample_idx), but '

@@ -9,6 +9,7 @@ from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import HOOKS
 from .checkpoint_schedule import checkpoint_due
+from .learning_rate import current_lrs
 
 ADVICE = (
     'What to try: a lower learning rate (optim_wrapper.optimizer.lr); a '
@@ -35,38 +36,14 @@ class NonFiniteLossHook(Hook):
     non-finite, naming the iteration (and epoch), the last finite loss, the
     learning rate, the latest checkpoint and what to try.
 
-    Why a hook that reads the logged value: mmdet's ``CheckInvalidLossHook``
-    checks only every ``interval`` iterations and calls ``torch.isfinite``
-    on the device tensor, a host sync of its own; checking inside the
-    ``OptimWrapper`` before ``step()`` would also need a host sync (the
-    decision to skip the step is taken on the host), which is what AMP's
-    loss scaler pays. mmengine's ``RuntimeInfoHook`` (priority VERY_HIGH)
-    already moves every logged loss to the host in every iteration
-    (``MessageHub.update_scalar`` calls ``Tensor.item()``). This hook
-    (priority HIGH, so after it) reads those Python floats from the message
-    hub: it adds no host-device synchronisation and no kernel launch.
-
-    Order of events: the check runs after the optimizer step of the
-    iteration (detecting earlier is not free, see above), so the weights in
-    memory may already be non-finite; the hook raises before
-    ``CheckpointHook`` (priority VERY_LOW) of that iteration or epoch, so
-    they are never saved and ``last_checkpoint`` keeps naming the previous
-    (finite) checkpoint. mmengine's Runner writes nothing on an exception.
-
-    A finite loss does not prove finite weights (gradients can overflow
-    while the loss does not): before every checkpoint a ``CheckpointHook``
-    is about to write (by epoch or by iteration), and again in
-    ``before_save_checkpoint`` for any other save, the model's floating
-    point parameters and buffers are checked, with one host sync per
-    checkpoint, and a non-finite one stops the run before the file is
-    written.
-
-    In a distributed run every rank checks its own loss (mmengine 0.10.7
-    does not average logged losses across ranks); the rank that sees a
-    non-finite value raises and the launcher (torchrun, slurm) stops the
-    others. Gradient accumulation and AMP are handled alike: under AMP the
-    loss scaler skips steps whose gradients overflow, but a non-finite
-    *loss* still stops the run.
+    It reads the losses mmengine's ``RuntimeInfoHook`` already moved to the
+    host (no sync or kernel of its own), after the optimizer step and
+    before ``CheckpointHook`` of that iteration or epoch, so non-finite
+    weights are never saved and ``last_checkpoint`` keeps naming the last
+    finite checkpoint. Before every save it also checks the model's
+    floating point parameters and buffers (one host sync per checkpoint):
+    gradients can overflow while the loss stays finite. Each rank checks
+    its own loss. Design: docs/design_notes.md#non-finite-loss.
 
     Args:
         check_weights_before_save (bool): Whether to check the model state
@@ -151,9 +128,10 @@ class NonFiniteLossHook(Hook):
             last = (f'the last finite loss was {self.last_finite_loss:.6g} '
                     f'at iteration {self.last_finite_iter} (its own value, '
                     "not the log's running mean)")
+        lr = current_lrs(runner) or 'lr unknown'
         return (f'NonFiniteLossHook: training diverged: {terms} at {where}; '
-                f'{last}; {self._lr(runner)}. The run is stopped before '
-                f'any checkpoint of these weights is written; '
+                f'{last}; {lr}. The run is stopped before any checkpoint of '
+                'these weights is written; '
                 f'{self._latest_checkpoint(runner)}. {ADVICE}')
 
     @staticmethod
@@ -166,20 +144,6 @@ class NonFiniteLossHook(Hook):
             where += (f' (epoch {runner.epoch + 1}, batch {batch_idx + 1}/'
                       f'{len(runner.train_dataloader)})')
         return where
-
-    @staticmethod
-    def _lr(runner: Runner) -> str:
-        """The lr of this iteration (of every param group if they differ);
-        read from the param groups, which hold Python floats."""
-        try:
-            lrs = runner.optim_wrapper.get_lr()
-        except Exception:  # no optimizer: say so rather than fail here
-            return 'unknown'
-        parts = []
-        for name, groups in lrs.items():
-            shown = sorted(set(groups), key=groups.index)
-            parts.append(f'{name} ' + ', '.join(f'{x:.6g}' for x in shown))
-        return '; '.join(parts) or 'unknown'
 
     @staticmethod
     def _latest_checkpoint(runner: Runner) -> str:
@@ -216,6 +180,7 @@ class NonFiniteLossHook(Hook):
                 f'NonFiniteLossHook: the model holds non-finite values '
                 f'after {where} ({shown}) although the logged loss was '
                 f'finite{loss}, e.g. the gradients overflowed; '
-                f'{self._lr(runner)}. The run is stopped before the '
+                f'{current_lrs(runner) or "lr unknown"}. The run is stopped '
+                'before the '
                 f'checkpoint is written; {self._latest_checkpoint(runner)}. '
                 f'{ADVICE}')

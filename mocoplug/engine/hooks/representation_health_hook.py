@@ -15,6 +15,7 @@ from mocoplug.evaluation import (alignment, embedding_std,
                                  relative_parameter_distance, uniformity)
 from mocoplug.models.utils import at_least_float32
 from mocoplug.registry import HOOKS
+from .learning_rate import current_lrs
 
 #: The scalars the hook logs, as ``health/<name>`` (message hub: train/...).
 HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
@@ -25,80 +26,38 @@ HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
 class RepresentationHealthHook(Hook):
     r"""Log how healthy the contrastive embedding is, and warn on collapse.
 
-    A MoCo run whose loss "plateaus" is often a silent failure: every image
-    mapped onto (almost) one vector, or BatchNorm leaking which key is the
-    positive. On the iterations it checks, a forward hook on the model's
-    loss head (``InfoNCEHead``) sees what the loss sees: the queries, their
-    positive keys and the negatives (nothing is kept, computed or
-    synchronised on the other iterations, and nothing is written onto the
-    model). The hook measures the current batch and puts the figures in
-    the message hub as ``train/health/*``: LoggerHook
-    prints them and writes them to the json/scalars logs, and
-    ``tools/analysis_tools/plot_curves.py`` draws them. Figures are those of
-    this process's batch (rank 0's is the one printed).
+    On the iterations it checks, a forward hook on the model's loss head
+    (``InfoNCEHead``) sees the queries, their positive keys and the
+    negatives the loss used; nothing is kept, computed or synchronised on
+    the other iterations, and nothing is written onto the model. The
+    figures of this process's batch go to the message hub as
+    ``train/health/*`` (printed by LoggerHook, drawn by
+    ``tools/analysis_tools/plot_curves.py``). With q the L2-normalised
+    queries (MoCo v3: the predictor outputs of both views), k their
+    positive keys and d the embedding dimension:
 
-    What is measured (q: the L2-normalised query embeddings, for MoCo v3
-    the predictor outputs of both views; k: their positive keys;
-    d: the embedding dimension):
-
-    - ``std``: the std over the batch of each dimension of q, averaged over
-      the d dimensions (SimSiam's collapse indicator, `Chen & He 2021
-      <https://arxiv.org/abs/2011.10566>`_). About ``1/sqrt(d)`` when the
-      embeddings spread over the sphere, 0 at collapse.
-      ``std_norm = std * sqrt(d)`` is the same figure independent of d:
-      healthy near 1 (measured: 0.9-1.0 through a healthy digits run; an
-      untrained ResNet-50 + MoCo v2 MLP starts near 0.4), collapsed near 0
-      (0.003 for the digits run with the plain MoCo v2 MLP).
-    - ``alignment``: ``E ||q - k||^2`` over the positive pairs (alpha = 2
-      of `Wang & Isola, ICML 2020 <https://arxiv.org/abs/2005.10242>`_,
-      "Understanding Contrastive Representation Learning through Alignment
-      and Uniformity on the Hypersphere"). In [0, 4], lower is better
-      (their good encoders: about 0.5-1.0), but a collapsed model is
-      perfectly aligned too: read it with uniformity.
-    - ``uniformity``: ``log E exp(-2 ||q_i - q_j||^2)`` over the pairs of
-      the batch (t = 2, Wang & Isola), per view, averaged. 0 at collapse;
-      lower is more uniform, about -4 (-2t) at best for embeddings spread
-      over a high-dimensional sphere (Wang & Isola's good 128-d encoders:
-      about -3.8). Measured here: -1.8 to -2.1 through a healthy digits
-      run (64-d, many near-identical images), 0.000 in a collapsed one.
+    - ``std``: the std over the batch of each dimension of q, averaged
+      (SimSiam's collapse indicator, `Chen & He 2021
+      <https://arxiv.org/abs/2011.10566>`_); ``std_norm = std * sqrt(d)``:
+      near 1 when spread over the sphere, 0 at collapse.
+    - ``alignment``: ``E ||q - k||^2`` over the positive pairs, and
+      ``uniformity``: ``log E exp(-t ||q_i - q_j||^2)`` over the pairs of
+      the batch (`Wang & Isola, ICML 2020
+      <https://arxiv.org/abs/2005.10242>`_).
     - ``pos_sim`` / ``neg_sim``: mean cosine of a query with its positive
-      key and with the negatives its loss used: the queue for MoCo v1/v2
-      (and MoCo v3 with a queue), the other keys of the batch for MoCo v3;
-      negatives the loss masks out are left out here too. Healthy: pos_sim
-      rising well above neg_sim, neg_sim near 0 (negatives spread out).
-      pos_sim near 1 from the first iterations with a fast-falling loss:
-      the task is too easy, e.g. BN leak. They
-      can look fine in a collapse: in the digits run with the plain MLP
-      (all queries on one drifting vector, keys of older encoder states in
-      the queue) pos_sim was 0.56 and neg_sim 0.06 at a contrastive
-      accuracy of 67%, while std and uniformity were 0. Trust std first.
+      key and with the negatives its loss used (masked ones left out).
     - ``key_query_dist``: ``||theta_k - theta_q|| / ||theta_q||`` over the
-      momentum pairs (the key encoder that encoded this batch against the
-      query encoder after this step's update), fused ``torch._foreach``
-      ops. 0 at the start; then it depends on m and the lr (measured:
-      0.13-0.19 through the digits demo at m = 0.99, lr 0.06). Read the
-      trend: a value that keeps growing means the keys come from an
-      encoder ever farther from the current one (momentum too low, lr
-      too high).
-    - ``queue_age``: how many iterations ago the oldest key in the queue
-      was encoded, ``min(t, ceil(K / B)) - 1`` after t iterations with K
-      slots and B keys enqueued per iteration (all ranks). It rises while
-      the queue fills (random initial keys are still negatives until it
-      stops rising) and then stays at ``ceil(K / B) - 1``. Compare it with
-      the key encoder's averaging window ``1 / (1 - m)`` (1000 iterations
-      at m = 0.999): keys much older than that come from a different
-      encoder (the consistency argument of MoCo, Sec. 3.2). Not logged
-      without a queue.
+      momentum pairs.
+    - ``queue_age``: how many iterations ago the oldest queued key was
+      encoded, ``min(t, ceil(K / B)) - 1`` after t iterations with K slots
+      and B keys enqueued per iteration (all ranks); not logged without a
+      queue.
 
-    Collapse: when ``std_norm`` stays below ``collapse_ratio`` (std below
-    ``collapse_ratio / sqrt(d)``) for ``patience`` consecutive checks, the
-    hook warns once through ``runner.logger``, with the figures and the
-    likely causes checked against this model (BN leak without Shuffle BN,
-    learning rate, an MLP neck without BN on a small dataset, a very small
-    temperature). Training goes on.
-
-    Models without a momentum encoder (e.g. the classifiers of the linear
-    benchmarks, which share the runtime config) are left alone.
+    How to read them: docs/user_guides/pretraining.md. When ``std_norm``
+    stays below ``collapse_ratio`` for ``patience`` consecutive checks, the
+    hook warns once through ``runner.logger`` with the figures and the
+    likely causes checked against this model; training goes on. Models
+    without a momentum encoder (the linear benchmarks) are left alone.
 
     Args:
         interval (int, optional): Check every ``interval`` iterations. It
@@ -368,12 +327,7 @@ class RepresentationHealthHook(Hook):
         else:
             bn = (f"BatchNorm leak: unlikely here (shuffle_bn="
                   f"'{shuffle_bn}').")
-        lr = None
-        try:
-            lrs = runner.optim_wrapper.get_lr()
-            lr = next(iter(lrs.values()))[0]
-        except (AttributeError, StopIteration, IndexError, TypeError):
-            pass
+        lr = current_lrs(runner)
         neck_bn = any(
             isinstance(m, _BatchNorm)
             for m in getattr(model, 'neck', nn.Identity()).modules())
@@ -392,7 +346,7 @@ class RepresentationHealthHook(Hook):
             bn,
             'Learning rate too high (the features blow up and then fall '
             'onto one point) or too low for the queue to be refreshed' +
-            (f'; current lr {lr:.3g}.' if lr is not None else '.'),
+            (f'; current {lr}.' if lr else '.'),
             neck,
             tau,
         ]

@@ -98,8 +98,8 @@ def linear_probe_accuracy(train_feats: Array,
     train_scaled = scale(train_feats)
     out: Dict[str, List[float]] = {name: [] for name in eval_sets}
     # One BLAS thread: the matrices are small, and next to torch's OpenMP
-    # threads a multi-threaded OpenBLAS was 70x slower here (measured on 2
-    # cores: 43 s against 0.6 s for the demo's 13 fits on raw pixels).
+    # threads a multi-threaded OpenBLAS is far slower
+    # (docs/design_notes.md#cpu-speed-choices).
     with threadpool_limits(limits=1, user_api='blas'):
         for kept in subsets:
             clf = LogisticRegression(C=C, max_iter=5000)

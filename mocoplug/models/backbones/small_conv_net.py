@@ -14,14 +14,8 @@ class SmallConvNet(BaseModule):
     """A plain stack of 3x3 conv-BN-ReLU layers with 2x2 max-pooling, for
     tiny images (e.g. the 32 px digits of the demo).
 
-    Why not an mmpretrain backbone: measured on the digits demo (5 epochs,
-    same recipe), mmpretrain's ``ResNet_CIFAR`` (depth 18, 16 base channels)
-    learnt nothing in the few hundred iterations a CPU demo affords (kNN
-    below its own random init: 62% clean / 18% perturbed against 75% / 19%)
-    while this 4-layer net reached 97% / 78% at 2/5 of the cost; mmpretrain's
-    ``VGG`` has fixed 64-512 channel widths (about 10x the compute) and
-    ``LeNet5`` takes 1-channel images, with tanh and no BN. See the demo
-    config for the figures.
+    mmpretrain's small backbones do not fit a CPU demo (why:
+    docs/design_notes.md#the-demos-backbone).
 
     Convolutions keep PyTorch's default initialisation (no ``init_cfg``).
 

@@ -7,7 +7,8 @@ from mmengine.dist import broadcast_object_list, get_dist_info
 from mmengine.logging import print_log
 from mmpretrain.models.utils import SelfSupDataPreprocessor
 
-from mocoplug.datasets.transforms.view_pipeline_split import transform_name
+from mocoplug.datasets.transforms.view_pipeline_split import (repeat_per_view,
+                                                              transform_name)
 from mocoplug.registry import MODELS
 from ..utils.batch_augments import PhotometricViewAugment, decode_views
 
@@ -79,16 +80,9 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                  seed: Optional[int] = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        if isinstance(num_views, int):
-            num_views = [num_views]
-        if len(num_views) != len(transforms):
-            raise ValueError(
-                f'DeviceAugmentDataPreprocessor: {len(transforms)} view '
-                f'pipelines for num_views={num_views}')
-        augments = [PhotometricViewAugment(p) for p in transforms]
-        self.view_augments = [
-            a for a, n in zip(augments, num_views) for _ in range(n)
-        ]
+        self.view_augments = repeat_per_view(
+            'DeviceAugmentDataPreprocessor',
+            [PhotometricViewAugment(p) for p in transforms], num_views)
         self.seed = _shared_seed() if seed is None else int(seed)
         self.register_buffer(STATE_KEY, torch.zeros(0, dtype=torch.uint8))
         self._generator: Optional[torch.Generator] = None
