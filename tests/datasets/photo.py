@@ -20,7 +20,8 @@ def photo_crop(height: int, width: int, seed: int = 0) -> np.ndarray:
     rng = np.random.RandomState(seed)
     src = _photos()[seed % 2]
     y, x = rng.randint(0, 150), rng.randint(0, 300)
-    img = cv2.resize(src[y:y + 240, x:x + 320], (width, height),
-                     interpolation=cv2.INTER_AREA)
+    img = cv2.resize(
+        src[y:y + 240, x:x + 320], (width, height),
+        interpolation=cv2.INTER_AREA)
     img[:2, :2] = 128
     return img

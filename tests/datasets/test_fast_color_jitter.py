@@ -7,7 +7,6 @@ from mmpretrain.datasets.transforms import ColorJitter
 
 from mocoplug.datasets.transforms import FastColorJitter
 from mocoplug.datasets.transforms.fast_color_jitter import rotate_hue
-
 from .photo import photo_crop
 
 MOCO_V2 = dict(brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1)

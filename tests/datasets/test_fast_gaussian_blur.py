@@ -7,7 +7,6 @@ from mmpretrain.datasets.transforms import GaussianBlur
 
 from mocoplug.datasets.transforms import FastGaussianBlur
 from mocoplug.datasets.transforms.fast_gaussian_blur import kernel_size
-
 from .photo import photo_crop
 
 MOCO_V2 = dict(magnitude_range=(0.1, 2.0), magnitude_std='inf', prob=0.5)

@@ -4,8 +4,7 @@ import pytest
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from mocoplug.evaluation import (linear_probe_accuracy,
-                                 stratified_label_subsets)
+from mocoplug.evaluation import linear_probe_accuracy, stratified_label_subsets
 
 
 def test_subsets_are_stratified_deterministic_and_distinct():

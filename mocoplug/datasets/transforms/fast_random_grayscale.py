@@ -52,8 +52,8 @@ class FastRandomGrayscale(RandomGrayscale):
                     f'channel_weights for a {channels}-channel image')
             gray = self._weighted_sum(img).astype(np.uint8)
             results['img'] = np.repeat(
-                gray[..., None], channels,
-                axis=2) if self.keep_channels else gray
+                gray[...,
+                     None], channels, axis=2) if self.keep_channels else gray
             return results
         results['img'] = img.astype(np.uint8)
         return results
