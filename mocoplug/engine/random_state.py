@@ -2,18 +2,11 @@
 """The global random state of a process, in checkpoint-safe types.
 
 Python's ``random``, NumPy's global generator, torch's CPU generator and the
-generator of the process's own CUDA device are captured as tensors, ints
-and floats only, so a checkpoint carrying them still loads with
-``torch.load(weights_only=True)`` (see :mod:`mocoplug.compat.checkpoint`)
-without widening the set of allowed types.
-
-CUDA: a rank draws from the generator of its current device
-(``torch.cuda.current_device()``, which mmengine's launcher sets to the
-local rank), so that one generator is saved, with its device index, and
-restored into the current device of the resuming rank, whatever that
-device's index and however many devices are visible there. Checkpoints
-written before this saved every visible device's generator as a list; see
-:func:`set_random_state` for how they are read.
+generator of the process's current CUDA device (with its index; restored
+into the resuming rank's current device) are captured as tensors, ints and
+floats only, so a checkpoint still loads with ``weights_only=True`` (see
+:mod:`mocoplug.compat.checkpoint`). :func:`set_random_state` also reads the
+older format, a list of every visible device's generator.
 """
 import random
 from typing import Any, Dict, List, Optional

@@ -16,32 +16,17 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
     """mmcv's ``LoadImageFromFile`` with a clear error for an unreadable
     image, or an option to skip it.
 
-    mmcv's transform stops the run with ``AssertionError: failed to load
-    image: PATH`` (or a raw decoder error) from inside a dataloader worker.
-    This one loads and decodes exactly as mmcv's does (same arguments,
-    ``mmcv.imfrombytes``) and, when a file cannot be read or decoded (empty,
-    truncated, not an image, no pixels):
-
-    - by default raises :class:`UnreadableImageError` naming the file, the
-      reason, the dataset and the fixes;
-    - with ``skip_unreadable=True`` logs a warning with the running count
-      and returns None: mmengine's ``BaseDataset`` then fetches another,
-      random image instead (up to its ``max_refetch``, 1000 by default), so
-      the batch keeps its size. If more than ``max_unreadable_ratio`` of the
-      images this process tried to load failed (checked once it tried
-      ``min_attempts``), it raises: that many broken files point to a wrong
-      folder or a bad copy rather than to a few bad files.
-
-    Counting with several dataloader workers: every worker process holds
-    its own copy of the pipeline, so the counts and the ratio are per
-    worker, since the worker started (the whole run with
-    ``persistent_workers=True``, tools/train.py's default; otherwise one
-    epoch), and per rank in a distributed run. Each worker loads a random
-    share of the images, so its ratio estimates the dataset's; the warnings
-    of all workers together list every skipped file.
-
-    ``tools/misc/check_images.py`` finds every unreadable file before a run,
-    with the same decoding.
+    mmcv's transform stops with ``AssertionError: failed to load image:
+    PATH`` (or a raw decoder error) inside a worker. This one loads and
+    decodes exactly as mmcv's does and, for a file that cannot be read or
+    decoded, raises :class:`UnreadableImageError` naming the file, the
+    reason, the dataset and the fixes; or, with ``skip_unreadable=True``,
+    warns with the running count and returns None, so ``BaseDataset``
+    fetches another random image (up to its ``max_refetch``). More than
+    ``max_unreadable_ratio`` failed loads (checked after ``min_attempts``)
+    raise: a wrong folder or a bad copy. The counts are per worker process
+    since it started (each loads a random share of the images) and per
+    rank. ``tools/misc/check_images.py`` finds every unreadable file first.
 
     Args:
         skip_unreadable (bool): Skip unreadable images (with a warning)

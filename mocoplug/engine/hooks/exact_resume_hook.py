@@ -62,14 +62,10 @@ class ExactResumeHook(Hook):
 
     The checkpoint gets a ``resume_state`` entry (tensors, ints, floats and
     lists only, so it loads with ``weights_only=True``): per rank, the state
-    of Python's ``random``, NumPy's global generator, torch's CPU generator
-    and the generator of the rank's own CUDA device, plus the sampler seed,
-    the loop kind, ``num_workers`` and the world size. See the module
-    docstring for the design and for what is exact under which settings.
-    On resume it first refuses a checkpoint whose model tensors do not fit
-    the model (:func:`~mocoplug.utils.resume_fit.check_resume_fits`).
-    Enabled in every mocoplug config through ``default_hooks`` in
-    ``configs/_base_/default_runtime.py``.
+    of Python's ``random``, NumPy, torch's CPU generator and the rank's CUDA
+    device, plus the sampler seed, loop kind, ``num_workers`` and world
+    size. On resume a checkpoint whose model tensors do not fit the model
+    is refused first. Enabled in ``configs/_base_/default_runtime.py``.
     """
 
     # After every LOW hook (e.g. KNNMonitorHook) and before CheckpointHook

@@ -27,12 +27,9 @@ def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
     """``shuffle_bn='split'``: every batch, the last one of a pass over the
     data included, must hold at least ``num_splits`` images per process.
 
-    The per-process batch is ``train_dataloader.batch_size``. Without
-    ``drop_last``, the last batch of a pass holds what is left of this
-    process's share of the dataset (mmengine's ``DefaultSampler`` pads the
-    shares to equal sizes); with an ``InfiniteSampler`` every batch is full.
-    A batch that does not divide evenly trains correctly (unequal slices,
-    a slower path) and gets a warning.
+    Without ``drop_last`` the last batch holds what is left of this
+    process's (padded) share; with an ``InfiniteSampler`` every batch is
+    full. An uneven batch trains correctly (slower) and gets a warning.
     """
     if getattr(model, 'shuffle_bn', None) != 'split':
         return
@@ -98,15 +95,11 @@ def check_equal_batches(model: nn.Module, loader: DataLoader,
     """Several processes: every one of them must hold a batch of the same
     size at every step, the last one of a pass over the data included.
 
-    Shuffle BN, the queue and MoCo v3 ``all_gather`` the batch of every
-    process, and a collective moves tensors of one shape: with unequal
-    batches NCCL would hang (or read past the end of the smaller one), not
-    fail. mmengine's ``DefaultSampler`` (``round_up=True``, its default)
-    and ``InfiniteSampler``, and mmpretrain's ``RepeatAugSampler``, give
-    every process the same number of samples; batched by the loader's
-    ``batch_size`` (no custom ``batch_sampler``), every batch then has the
-    same size on every process. Any other sampler or batch sampler is
-    refused before training.
+    Shuffle BN, the queue and MoCo v3 ``all_gather`` every process's batch,
+    and with unequal batches NCCL would hang, not fail. ``DefaultSampler``
+    (``round_up=True``), ``InfiniteSampler`` and ``RepeatAugSampler``
+    batched by the loader's ``batch_size`` give equal batches; any other
+    sampler or batch sampler is refused before training.
     """
     if world_size <= 1:
         return
@@ -248,27 +241,16 @@ def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup before the first batch is loaded.
 
-    The model checks its own modules when it is built (see
-    :func:`~mocoplug.models.utils.check_feature_dims`); what also depends
-    on the dataloader or on the number of processes is checked here, in
-    ``before_train`` (after the dataloader and dataset objects exist,
-    before any image is read), with an error that names the field and the
-    fix:
-
-    - several processes and a model that gathers their batches (Shuffle
-      BN across GPUs, the queue, MoCo v3): a sampler that gives every
-      process batches of the same size (:func:`check_equal_batches`);
-    - ``shuffle_bn='split'``: ``num_splits`` vs the per-GPU batch size and
-      the last batch (:func:`check_split_batch`);
-    - ``exclude_same_instance=True`` vs a dataset or pipeline that yields
-      no unique ``sample_idx`` (:func:`check_sample_idx`);
-    - MoCo v3 on more than one GPU without SyncBN: a warning
-      (:func:`warn_without_sync_bn`);
-    - no ``MomentumUpdateHook`` registered, so the key encoder would stay
-      frozen (:func:`check_momentum_hook`).
-
-    Other models are left alone. On by default through
-    ``configs/_base_/default_runtime.py``.
+    What depends on the dataloader or the number of processes (the model
+    checks its own modules when built) is checked in ``before_train``,
+    before any image is read, with an error naming the field and the fix:
+    equal batch sizes across processes when the model gathers them
+    (:func:`check_equal_batches`), ``num_splits`` vs the batch
+    (:func:`check_split_batch`), unique ``sample_idx`` for
+    ``exclude_same_instance`` (:func:`check_sample_idx`), SyncBN for MoCo
+    v3 on several GPUs (a warning, :func:`warn_without_sync_bn`) and a
+    registered ``MomentumUpdateHook`` (:func:`check_momentum_hook`). Other
+    models are left alone. On in ``configs/_base_/default_runtime.py``.
     """
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train

@@ -40,19 +40,11 @@ class MomentumUpdateHook(Hook):
       the update sits at the start of iteration t). t comes from
       ``runner.iter``, so a resumed run continues the schedule.
 
-    Only parameters are averaged, with one fused ``torch._foreach_lerp_``
-    per update. Buffers are not: the momentum encoder's BN running
-    statistics are its own, accumulated by its train-mode forward passes
-    over the key batches, as in the official implementation. Training never
-    reads them (BN uses batch statistics in train mode); they only matter if
-    the key encoder is evaluated, and then they match its own weights,
-    whereas copying the query encoder's statistics (what mmpretrain's EMA
-    does) would pair them with another network.
-
-    Under gradient accumulation the update runs once per real optimizer
-    step. Wrapped (DDP) and bare models are both handled. The hook only
-    reads the model's ``momentum_pairs()``; it counts its updates in
-    ``num_updates``. Outside a Runner, call :meth:`attach` once and
+    Only parameters are averaged (one fused ``torch._foreach_lerp_``); the
+    key encoder's BN statistics stay its own, as in the official code
+    (docs/design_notes.md). The update runs once per real optimizer step
+    (gradient accumulation), on wrapped or bare models, and counts itself
+    in ``num_updates``. Outside a Runner, call :meth:`attach` once and
     :meth:`update` after every optimizer step.
 
     Args:

@@ -30,19 +30,12 @@ class NonFiniteLossHook(Hook):
     """Stop training at the first iteration whose loss is NaN or infinite,
     and never let a checkpoint of non-finite weights be written.
 
-    Without it a diverged run logs ``loss: nan``, trains on to the end and
-    saves NaN checkpoints as the latest ones. With it the run raises
-    :class:`NonFiniteLossError` at the iteration where a loss term became
-    non-finite, naming the iteration (and epoch), the last finite loss, the
-    learning rate, the latest checkpoint and what to try.
-
-    It reads the losses mmengine's ``RuntimeInfoHook`` already moved to the
-    host (no sync or kernel of its own), after the optimizer step and
-    before ``CheckpointHook`` of that iteration or epoch, so non-finite
-    weights are never saved and ``last_checkpoint`` keeps naming the last
-    finite checkpoint. Before every save it also checks the model's
-    floating point parameters and buffers (one host sync per checkpoint):
-    gradients can overflow while the loss stays finite. Each rank checks
+    The error names the iteration (and epoch), the last finite loss, the
+    learning rate, the latest checkpoint and what to try. It reads the
+    losses ``RuntimeInfoHook`` already moved to the host, before
+    ``CheckpointHook``, so ``last_checkpoint`` keeps naming the last finite
+    checkpoint; before every save it also checks the model's floating
+    parameters and buffers (one host sync per checkpoint). Each rank checks
     its own loss. Design: docs/design_notes.md#non-finite-loss.
 
     Args:

@@ -26,38 +26,19 @@ HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
 class RepresentationHealthHook(Hook):
     r"""Log how healthy the contrastive embedding is, and warn on collapse.
 
-    On the iterations it checks, a forward hook on the model's loss head
-    (``InfoNCEHead``) sees the queries, their positive keys and the
-    negatives the loss used; nothing is kept, computed or synchronised on
-    the other iterations, and nothing is written onto the model. The
+    On checked iterations a forward hook on the loss head (``InfoNCEHead``)
+    sees the queries, positive keys and negatives the loss used; nothing is
+    kept or synchronised otherwise, nothing is written onto the model. The
     figures of this process's batch go to the message hub as
-    ``train/health/*`` (printed by LoggerHook, drawn by
-    ``tools/analysis_tools/plot_curves.py``). With q the L2-normalised
-    queries (MoCo v3: the predictor outputs of both views), k their
-    positive keys and d the embedding dimension:
-
-    - ``std``: the std over the batch of each dimension of q, averaged
-      (SimSiam's collapse indicator, `Chen & He 2021
-      <https://arxiv.org/abs/2011.10566>`_); ``std_norm = std * sqrt(d)``:
-      near 1 when spread over the sphere, 0 at collapse.
-    - ``alignment``: ``E ||q - k||^2`` over the positive pairs, and
-      ``uniformity``: ``log E exp(-t ||q_i - q_j||^2)`` over the pairs of
-      the batch (`Wang & Isola, ICML 2020
-      <https://arxiv.org/abs/2005.10242>`_).
-    - ``pos_sim`` / ``neg_sim``: mean cosine of a query with its positive
-      key and with the negatives its loss used (masked ones left out).
-    - ``key_query_dist``: ``||theta_k - theta_q|| / ||theta_q||`` over the
-      momentum pairs.
-    - ``queue_age``: how many iterations ago the oldest queued key was
-      encoded, ``min(t, ceil(K / B)) - 1`` after t iterations with K slots
-      and B keys enqueued per iteration (all ranks); not logged without a
-      queue.
-
-    How to read them: docs/user_guides/pretraining.md. When ``std_norm``
+    ``train/health/*`` (``HEALTH_SCALARS``): ``std`` / ``std_norm`` (SimSiam,
+    `Chen & He 2021 <https://arxiv.org/abs/2011.10566>`_), ``alignment`` /
+    ``uniformity`` (`Wang & Isola, ICML 2020
+    <https://arxiv.org/abs/2005.10242>`_), ``pos_sim`` / ``neg_sim``,
+    ``key_query_dist`` and ``queue_age`` (no queue: not logged), defined
+    and explained in docs/user_guides/pretraining.md. When ``std_norm``
     stays below ``collapse_ratio`` for ``patience`` consecutive checks, the
-    hook warns once through ``runner.logger`` with the figures and the
-    likely causes checked against this model; training goes on. Models
-    without a momentum encoder (the linear benchmarks) are left alone.
+    hook warns once with the likely causes checked against this model;
+    training goes on. Models without a momentum encoder are left alone.
 
     Args:
         interval (int, optional): Check every ``interval`` iterations. It

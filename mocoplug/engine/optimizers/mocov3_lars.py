@@ -36,30 +36,15 @@ class MoCoV3LARS(Optimizer):
         mu = momentum * mu + d               # mu starts at 0
         p = p - lr * (d + momentum * mu  if nesterov  else  mu)
 
-    It differs from mmpretrain's ``LARS`` in three places: (a) the trust
-    ratio divides by ``||g + wd p||``, not ``||g|| + wd ||p|| + eps``;
-    (b) a weight with a zero gradient has ``q = eta / wd``, so it shrinks
-    by ``lr * eta`` per step, not by ``lr * wd`` (mmpretrain sets ``q = 1``
-    when ``||g|| = 0``); (c) the buffer ``mu`` does not hold the learning
-    rate: the step multiplies it by the lr of the current iteration, where
-    mmpretrain's buffer accumulates ``lr_t * d_t`` with past lrs (the two
-    differ whenever the lr changes: warm-up, cosine).
-
-    1-D parameters are told apart by shape, per parameter (``p.ndim > 1``),
-    as in the official code: no parameter-group set-up is needed, and a
-    group's ``weight_decay`` applies to its weights only. mmpretrain's group
-    key ``lars_exclude`` is accepted on groups of 1-D parameters (those it
-    would exclude anyway) and refused on a weight (this update decays and
-    adapts every weight). Use one parameter group (no
-    ``LARSOptimWrapperConstructor``, which exists for mmpretrain's
-    ``LARS``): the multi-tensor path works per group.
-
-    The step never reads a tensor value on the host (``torch.where``
-    instead of ``.item()`` and Python tests), so a GPU is not synchronised
-    per parameter. With ``foreach`` it runs ``torch._foreach_*`` kernels
-    over all parameters of a group at once. With AMP, a ``GradScaler``
-    unscales the gradients before ``step`` and skips the step on
-    non-finite gradients; nothing else is needed here.
+    How it differs from mmpretrain's ``LARS`` (trust ratio, zero-gradient
+    weights, lr kept out of ``mu``): docs/design_notes.md. 1-D parameters
+    are told apart by shape, as in the official code, so a group's
+    ``weight_decay`` applies to its weights only; mmpretrain's
+    ``lars_exclude`` is accepted on groups of 1-D parameters and refused on
+    a weight. Use one parameter group (no ``LARSOptimWrapperConstructor``).
+    The step reads no tensor on the host; with ``foreach`` it runs
+    ``torch._foreach_*`` kernels over a group at once. With AMP, the
+    ``GradScaler`` unscales and skips non-finite steps before ``step``.
 
     Args:
         params (Iterable): Parameters or parameter groups (dicts).

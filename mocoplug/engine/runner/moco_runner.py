@@ -29,23 +29,11 @@ class MoCoRunner(Runner):
     The runner of every mocoplug config (pretraining of `Momentum Contrast
     for Unsupervised Visual Representation Learning
     <https://arxiv.org/abs/1911.05722>`_ and its v2/v3, the linear, kNN and
-    detection-transfer benchmarks), named in their bases by
-    ``runner_type = 'mocoplug.MoCoRunner'``. mmengine builds it for every
-    entry point that honours ``runner_type`` through ``RUNNERS.build(cfg)``:
-    mocoplug's, mmpretrain's and mmdet's ``tools/train.py`` and
-    ``tools/test.py`` and ``mim train``, and users' scripts::
-
-        from mmengine.config import Config
-        from mmengine.registry import RUNNERS
-
-        cfg = Config.fromfile(CONFIG)   # imports mocoplug
-        cfg.merge_from_dict(dict(pretrained=CKPT))
-        runner = RUNNERS.build(cfg)
-        runner.train()
-
-    (``Runner.from_cfg(cfg)`` ignores ``runner_type`` and so everything
-    below; a ``pretrained=`` given that way stops training with an error
-    that says so.)
+    detection benchmarks), named by ``runner_type = 'mocoplug.MoCoRunner'``
+    and built by every entry point that calls ``RUNNERS.build(cfg)``
+    (usage: docs/user_guides/extending.md). ``Runner.from_cfg(cfg)``
+    ignores ``runner_type``; a ``pretrained=`` given that way stops
+    training with an error that says so.
 
     From the config, when it is built (:meth:`from_cfg`):
 

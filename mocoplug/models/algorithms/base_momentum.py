@@ -27,11 +27,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
     :class:`~mocoplug.engine.hooks.MomentumUpdateHook` moves each momentum
     module towards its online one after every optimizer step.
 
-    A run without that hook would train against a key encoder frozen at its
-    initial weights: ``MoCoConfigCheckHook`` refuses such a run before
-    training, and, in any loop, the first training forward after an
-    optimizer step moved the online encoder but not the key encoder raises
-    (:meth:`check_key_encoder_moves`).
+    Without that hook (a key encoder frozen at its initial weights)
+    ``MoCoConfigCheckHook`` refuses the run, and in any loop
+    :meth:`check_key_encoder_moves` raises at the next training forward.
 
     Args:
         backbone (dict): Config of the backbone (any mmpretrain backbone).

@@ -33,20 +33,11 @@ class MoCo(BaseMomentumSelfSupervisor):
     then enqueued.
 
     Shuffle BN (``shuffle_bn``) keeps BatchNorm from leaking which key is
-    the positive, which lets the model cheat on the pretext task:
-
-    - ``'ddp'``: the paper's Shuffle BN. The key batch is gathered across
-      GPUs, shuffled with a permutation shared by all ranks, encoded, and
-      unshuffled, so a query and its key see the BN statistics of different
-      GPUs. Needs a distributed run (in a single process it has no effect;
-      a warning says so).
-    - ``'split'``: for one GPU or CPU, as the MoCo authors suggest: every
-      BatchNorm of both encoders (backbone and neck) computes its
-      statistics over ``num_splits`` slices of the batch (like
-      ``num_splits`` GPUs) and the key batch is shuffled before the key
-      encoder.
-    - ``'none'``: no shuffling, e.g. with SyncBN or a backbone without
-      BatchNorm.
+    the positive (docs/design_notes.md): ``'ddp'``, the paper's, shuffles
+    the gathered key batch across GPUs (no effect in a single process; a
+    warning says so); ``'split'``, for one GPU or CPU, normalises every BN
+    of both encoders over ``num_splits`` slices and shuffles the keys;
+    ``'none'`` for SyncBN or a backbone without BatchNorm.
 
     Args:
         backbone (dict): Config of the backbone (any mmpretrain backbone).
@@ -187,12 +178,9 @@ def sample_indices(data_samples: Optional[List[DataSample]],
     """Dataset indices of a batch, from the ``sample_idx`` that mmpretrain's
     ``PackInputs`` stores in every data sample, on ``device``.
 
-    Built on the host and copied without blocking it: from pinned memory
-    with ``non_blocking=True`` on CUDA (the copy is queued on the current
-    stream, ahead of the kernels that read the ids, and the caching host
-    allocator keeps the pinned buffer until the copy has run). A pageable
-    ``torch.tensor(..., device='cuda')`` would make the host wait for all
-    the work queued before it.
+    Built on the host and copied from pinned memory with
+    ``non_blocking=True`` on CUDA (queued on the current stream ahead of its
+    readers), so the host does not wait for the work queued before it.
     """
     if not data_samples or 'sample_idx' not in data_samples[0]:
         raise ValueError(

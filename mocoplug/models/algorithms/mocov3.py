@@ -21,17 +21,13 @@ class MoCoV3(BaseMomentumSelfSupervisor):
 
     Query branch = ``backbone`` + ``neck`` (the projector) + ``predictor``;
     momentum branch = a frozen copy of ``backbone`` + ``neck`` updated by
-    ``MomentumUpdateHook`` (cosine schedule from 0.99 to 1). The loss is
-    symmetric, ``ctr(q1, k2) + ctr(q2, k1)``, where ``ctr`` is InfoNCE whose
-    negatives are the keys of the whole global batch: the keys are gathered
-    from all ranks and the positive of query i on rank r is key
-    ``r * N + i``. The paper's code multiplies the loss by ``2 * tau``; set
-    the head's ``loss=dict(type='CrossEntropyLoss', loss_weight=2 * tau)``.
-
-    No queue by default. If ``queue`` is given (e.g. a
-    ``NegativeKeyQueue``), its keys replace the in-batch negatives, as in
-    MoCo v1/v2 but with the symmetric loss, and the keys of both views are
-    enqueued after the loss.
+    ``MomentumUpdateHook`` (cosine, 0.99 to 1). The loss is symmetric,
+    ``ctr(q1, k2) + ctr(q2, k1)``, InfoNCE against the keys of the whole
+    global batch (the positive of query i on rank r is key ``r * N + i``).
+    The paper's code multiplies the loss by ``2 * tau``: set the head's
+    ``loss=dict(type='CrossEntropyLoss', loss_weight=2 * tau)``. An
+    optional ``queue`` replaces the in-batch negatives (both views' keys
+    are enqueued after the loss).
 
     Args:
         backbone (dict): Config of the backbone: ResNet, or mmpretrain's

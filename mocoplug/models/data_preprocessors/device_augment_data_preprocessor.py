@@ -35,34 +35,22 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
     """mmpretrain's ``SelfSupDataPreprocessor`` that also runs the views'
     photometric augmentation, batched, on the model's device.
 
-    The device half of the device augmentation path: the data-loader
-    workers decode and crop (:class:`~mocoplug.datasets.transforms.
-    GeometricMultiView`, or only read the file and draw the crop boxes with
-    :class:`~mocoplug.datasets.transforms.CropBoxMultiView`, in which case
-    this class decodes and crops too), and in training this class applies
-    the colour jitter, grayscale, Gaussian blur and solarize steps of the
-    same view pipelines (MoCo v2's augmentation, Chen et al., "Improved
-    Baselines with Momentum Contrastive Learning", 2020; MoCo v3's
-    asymmetric views, Chen, Xie, He, ICCV 2021) with the per-image
-    transforms' probabilities and ranges, parameters drawn per sample.
-    Each batched operation equals the per-image ``Fast*`` transform given
-    the same parameters (see :mod:`~mocoplug.models.utils.batch_augments`).
-    Outside training (``training=False``: kNN monitor, evaluation) it is
-    ``SelfSupDataPreprocessor``.
+    Workers decode and crop (:class:`~mocoplug.datasets.transforms.
+    GeometricMultiView`), or only read the file and draw the crop boxes
+    (:class:`~mocoplug.datasets.transforms.CropBoxMultiView`: this class
+    decodes and crops too); in training this class applies the colour
+    jitter, grayscale, blur and solarize steps of the same view pipelines
+    (MoCo v2, Chen et al. 2020; MoCo v3, Chen, Xie, He, ICCV 2021) with
+    their probabilities and ranges, parameters drawn per sample; each
+    batched operation equals the per-image ``Fast*`` transform given the
+    same parameters. Outside training it is ``SelfSupDataPreprocessor``.
 
-    Random parameters come from one ``torch.Generator`` on the model's
-    device, seeded from the run's seed. Its state is the persistent buffer
-    ``generator_state``, written when the state dict is taken and restored
-    when it is loaded, so checkpoints carry it and ``--resume`` continues
-    the stream. In a distributed run every rank holds the same generator
-    and draws the parameters of the whole global batch, keeping its own
-    slice: the ranks' parameters differ and rank 0's checkpoint restores
-    all of them (this needs the same per-rank batch size on every rank, as
-    mmengine's ``DefaultSampler`` gives).
-
-    No operation synchronises with the host (no ``.item()``, no boolean
-    indexing): "apply or not" is an identity parameter or a
-    ``torch.where``.
+    Parameters come from one ``torch.Generator`` on the model's device,
+    seeded from the run's seed; its state is the persistent buffer
+    ``generator_state``, so ``--resume`` continues the stream. Every rank
+    holds the same generator and draws the whole global batch's parameters,
+    keeping its own slice (this needs equal per-rank batch sizes, as
+    ``DefaultSampler`` gives). Nothing synchronises with the host.
 
     Args:
         transforms (list[list[dict]]): The view pipelines, as given to

@@ -29,27 +29,15 @@ class NegativeKeyQueue(BaseModule):
     <https://arxiv.org/abs/1911.05722>`_ (He et al., CVPR 2020): the keys of
     the most recent mini-batches are kept, the oldest are overwritten.
 
-    Any batch size works: writes wrap around the end of the buffer, and a
-    batch larger than the queue keeps its newest ``size`` keys, so ``size``
-    need not be a multiple of the (global) batch size.
-
-    The keys, the write pointer and (optionally) the instance ids of the
-    stored keys are persistent buffers, so checkpoints and ``--resume``
-    carry the queue. Keys enqueued and not yet written (see the module
-    notes) are written by a forward pre-hook whenever the queue is called
-    (so a subclass that overrides :meth:`forward` reads them too), by
-    :meth:`same_instance_mask` and by module conversions (``.to()``,
-    ``.double()``); ``state_dict`` saves them as if written; loading a
-    state dict drops them. A graph that read the
-    buffer before such a write can no longer be backpropagated through:
-    autograd raises its "modified by an inplace operation" error rather
-    than compute a wrong gradient.
-
-    Precision: the keys are stored in the model's floating dtype but never
-    below ``float32``: ``float32`` for a float32 model, under AMP too
-    (``bfloat16`` / ``float16`` keys are widened when written), ``float64``
-    after ``model.double()``; ``model.half()`` / ``.bfloat16()`` leave the
-    queue in ``float32``.
+    Any batch size works (writes wrap around; a batch larger than the
+    queue keeps its newest ``size`` keys). The keys, write pointer and
+    optional instance ids are persistent buffers, so checkpoints carry the
+    queue. Pending keys (see the module notes) are written by a forward
+    pre-hook, by :meth:`same_instance_mask` and by ``.to()`` / ``.double()``;
+    loading a state dict drops them. A graph that read the buffer before
+    such a write cannot be backpropagated through (autograd raises rather
+    than compute a wrong gradient). The keys are stored in the model's
+    floating dtype, never below ``float32`` (docs/design_notes.md).
 
     Args:
         size (int): Number of keys K kept in the queue. Defaults to 65536.

@@ -38,18 +38,12 @@ class MoCoPretrainedInit(PretrainedInit):
                       checkpoint=pretrained, prefix='backbone.')
 
     Tensors are taken from the keys under ``prefix`` (``'backbone.'``:
-    mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints and
-    ``tools/model_converters/extract_backbone.py``'s output;
-    ``'module.encoder_q.'`` for the official MoCo checkpoints), so the
-    momentum encoder (``momentum_encoder.*``) is never read. The same
-    checkpoint can initialise several modules: a C4 detector's backbone
-    (stages 1-4) and its res5 shared head (``layer4``) both use
-    ``prefix='backbone.'`` and each takes the keys it has.
-
-    Unlike mmengine's ``Pretrained``, whose arguments it takes, it logs a
-    report (loaded / missing / unexpected / shape-mismatched tensors) and
-    raises instead of silently leaving the module at random init when the
-    module receives none of its tensors.
+    mocoplug's, mmpretrain's, mmselfsup's and ``extract_backbone.py``'s
+    checkpoints; ``'module.encoder_q.'``: the official ones), so the
+    momentum encoder is never read; several modules may share a checkpoint
+    (a C4 detector's backbone and res5 head). Unlike mmengine's
+    ``Pretrained`` it logs a report (loaded / missing / unexpected /
+    mismatched) and raises when the module receives none of its tensors.
 
     Args:
         checkpoint (str): Path of the checkpoint. In mocoplug's configs it

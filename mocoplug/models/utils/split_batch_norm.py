@@ -59,14 +59,10 @@ class SplitBatchNorm(_BatchNorm):
     slice. Running statistics are the mean of the slices' updates. In eval
     mode it is a plain BatchNorm; its state dict is that of a BatchNorm.
 
-    The output and the input's gradient keep the input's memory format: a
-    channels-last batch (``channels_last=True`` models) comes out
-    channels-last, so the convolutions around the layer stay in that
-    format. Its slices cannot be folded into channels without a copy (the
-    channels are innermost in memory), so the fast path normalises a
-    contiguous copy and converts the result (and, in the backward pass, the
-    gradient) back: the same values as for the contiguous batch, at the
-    cost of two copies each way.
+    The output and the input's gradient keep the input's memory format; a
+    channels-last batch cannot fold slices into channels without a copy, so
+    the fast path normalises a contiguous copy and converts back (same
+    values, two copies each way).
 
     Args:
         num_features (int): Number of channels C.
