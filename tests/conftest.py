@@ -30,6 +30,19 @@ def pytest_addoption(parser):
         '`-m device --device cuda`.')
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Say which mmcv ops this run had (tests/compat/test_mmcv_ops.py
+    compares the served kernels against compiled mmcv only where it is)."""
+    from mocoplug.compat.mmcv_ops import serve_mmcv_ops
+    if serve_mmcv_ops() is None:
+        line = ('mmcv ops: compiled mmcv._ext; the kernels mocoplug serves '
+                'were compared against it and the float64 definitions')
+    else:
+        line = ('mmcv ops: served by torchvision (mmcv-lite); compared '
+                'against the float64 definitions only (no compiled mmcv)')
+    terminalreporter.write_line(line)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         'markers', 'device: takes the `device` fixture (set automatically)')

@@ -12,6 +12,9 @@
    for the packages it knows; ``mocoplug::`` is added.
 4. mmcv-lite's warning that ``MultiScaleDeformableAttention`` needs the
    full mmcv is silenced: no mocoplug component uses that op.
+5. :mod:`.mmcv_ops`: without a compiled ``mmcv._ext`` (mmcv-lite),
+   torchvision serves the kernels that mmdet's detectors call (RoIAlign,
+   nms), so detection needs nothing compiled.
 """
 import warnings
 
@@ -19,6 +22,7 @@ from .checkpoint import (load_from_local, register_checkpoint_loader,
                          trusted_globals)
 from .config_package import register_config_package
 from .mmcv_hue import patch_adjust_hue
+from .mmcv_ops import serve_mmcv_ops
 
 
 def silence_mmcv_lite_warning() -> None:
@@ -32,17 +36,18 @@ def silence_mmcv_lite_warning() -> None:
 
 
 def apply_patches() -> None:
-    """Apply patches 1-4 (each is idempotent)."""
+    """Apply patches 1-5 (each is idempotent)."""
     register_checkpoint_loader()
     patch_adjust_hue()
     register_config_package()
     silence_mmcv_lite_warning()
+    serve_mmcv_ops()
 
 
 apply_patches()
 
 __all__ = [
     'apply_patches', 'load_from_local', 'patch_adjust_hue',
-    'register_checkpoint_loader', 'register_config_package',
+    'register_checkpoint_loader', 'register_config_package', 'serve_mmcv_ops',
     'silence_mmcv_lite_warning', 'trusted_globals'
 ]

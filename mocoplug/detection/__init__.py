@@ -2,20 +2,10 @@
 """Detection-transfer components, registered in mmdet's registries.
 
 Imported by the detection configs (``custom_imports``), not by
-``import mocoplug``, so that pretraining needs neither mmdet's models nor
-mmcv's compiled ops. Importing it without those ops stops at once with a
-:class:`MissingMMCVOpsError` that names the set-up command to run.
+``import mocoplug``, so that pretraining does not import mmdet's models.
+mmcv's compiled ops are not needed: without them ``import mocoplug`` has
+torchvision serve the ones the detectors call (:mod:`mocoplug.compat`).
 """
-from .mmcv_ops import MissingMMCVOpsError, require_mmcv_ops
+from .precise_bn_hook import DetectionPreciseBNHook, precise_bn_stats
 
-require_mmcv_ops()
-
-# isort: off
-from .precise_bn_hook import (  # noqa: E402
-    DetectionPreciseBNHook, precise_bn_stats)
-# isort: on
-
-__all__ = [
-    'DetectionPreciseBNHook', 'MissingMMCVOpsError', 'precise_bn_stats',
-    'require_mmcv_ops'
-]
+__all__ = ['DetectionPreciseBNHook', 'precise_bn_stats']

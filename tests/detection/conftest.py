@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import os
 import os.path as osp
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator
 
@@ -136,6 +137,31 @@ def shrink_detection_cfg(cfg: Config,
     cfg.experiment_name = unique_name(osp.basename(work_dir))
     cfg.randomness = dict(seed=0)
     return cfg
+
+
+@pytest.fixture
+def served_kernel_calls(monkeypatch) -> Counter:
+    """Calls of the mmcv kernels that mocoplug serves, by name (counted
+    where they are served, i.e. without compiled mmcv, as in CI)."""
+    from mocoplug.compat.mmcv_ops import SERVED, ServedOps, serve_mmcv_ops
+
+    calls = Counter()
+    if serve_mmcv_ops() is None:
+        pytest.skip('compiled mmcv installed: its own kernels run, not the '
+                    'served ones')
+
+    def counted(name, fn):
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+
+        return staticmethod(call)
+
+    for name in SERVED:
+        monkeypatch.setattr(ServedOps, name,
+                            counted(name, getattr(ServedOps, name)))
+    return calls
 
 
 def dump(cfg: Config, path: str) -> str:

@@ -15,6 +15,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import _load_checkpoint
 
+from mocoplug.compat.mmcv_ops import SERVED
 from mocoplug.engine.runner import MoCoRunner
 from mocoplug.utils import fill_pretrained
 from ..packaged_tools import run_packaged_tool
@@ -100,9 +101,10 @@ def assert_query_encoder_loaded(state: Dict[str, torch.Tensor],
 
 def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
                                         moco_state, init_states, tmp_path,
-                                        monkeypatch):
+                                        monkeypatch, served_kernel_calls):
     """mmdet's tools/train.py builds the config's runner (runner_type),
-    which gives `pretrained=` to the backbone and the res5 head."""
+    which gives `pretrained=` to the backbone and the res5 head; the mmcv
+    kernels it needs are the ones torchvision serves."""
     cfg = shrink_detection_cfg(
         Config.fromfile(VOC_C4), tiny_det_data, str(tmp_path))
     path = dump(cfg, str(tmp_path / 'voc.py'))
@@ -146,11 +148,12 @@ def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
     assert 'ResLayerExtraNorm loaded 60/65 tensors' in log
     assert 'missing (kept their init): norm.* (5)' in log
     assert 'BN statistics recomputed over 1 training batches' in log
+    assert set(served_kernel_calls) == set(SERVED)
 
 
 def test_coco_mask_rcnn_fpn_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
                                         moco_state, init_states, tmp_path,
-                                        monkeypatch):
+                                        monkeypatch, served_kernel_calls):
     cfg = shrink_detection_cfg(
         Config.fromfile(COCO_FPN), tiny_det_data, str(tmp_path))
     path = dump(cfg, str(tmp_path / 'coco.py'))
@@ -173,6 +176,29 @@ def test_coco_mask_rcnn_fpn_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
         # no ground-truth object is large in the 96 x 64 images
         assert metrics[f'coco/{kind}_mAP_l'] == -1.
     assert not init_states[1:]  # testing does not re-initialise
+    assert set(served_kernel_calls) == set(SERVED)
+
+
+def test_coco_mask_rcnn_c4_trains_and_tests(tiny_det_data,
+                                            mocov2_r50_checkpoint, tmp_path,
+                                            served_kernel_calls):
+    """Mask R-CNN C4 through our tools: training (RoIAlign forward and
+    backward, mask targets, nms), then testing with masks, on the kernels
+    torchvision serves."""
+    cfg = shrink_detection_cfg(
+        Config.fromfile(COCO_C4), tiny_det_data, str(tmp_path))
+    path = dump(cfg, str(tmp_path / 'coco_c4.py'))
+    TRAIN.main([
+        path, '--cfg-options', f'pretrained={mocov2_r50_checkpoint}',
+        'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None'
+    ])
+    assert set(served_kernel_calls) == set(SERVED)
+    served_kernel_calls.clear()
+    metrics = TEST.main([path, str(tmp_path / 'epoch_1.pth')])
+    for kind in ('bbox', 'segm'):
+        assert 0. <= metrics[f'coco/{kind}_mAP_50'] <= 1.
+    # testing runs RoIAlign and nms, never a backward
+    assert set(served_kernel_calls) == {'nms', 'roi_align_forward'}
 
 
 def test_coco_mask_rcnn_c4_init(tiny_det_data, mocov2_r50_checkpoint,

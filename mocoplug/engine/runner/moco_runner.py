@@ -8,8 +8,10 @@ from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.runner import Runner
+from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
 
+from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
 from mocoplug.datasets.labelled_folder import fill_data_root
 from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
@@ -53,6 +55,8 @@ class MoCoRunner(Runner):
       (mmpretrain's ``tools/train.py`` sets it everywhere), and a
       ``collate_fn`` inherited through ``mmpretrain::``/``mocoplug::``
       loses the ``_scope_`` tag mmengine would pass to the function;
+    - a detector on CUDA with a compiled mmcv that has no CUDA kernels
+      stops before training (:func:`mocoplug.compat.check_mmcv_ops_device`);
     - without an accelerator, a distributed run (``--launcher pytorch``)
       joins a gloo process group and wraps the model in DDP for CPU
       modules; with one, the config's backend stays (nccl by default);
@@ -92,13 +96,19 @@ class MoCoRunner(Runner):
     def wrap_model(self, model_wrapper_cfg: Optional[Dict],
                    model: nn.Module) -> nn.Module:
         """mmengine's wrapping; DDP takes CPU modules on a machine without
-        an accelerator."""
+        an accelerator; a model that runs mmcv's ops must find them on its
+        device."""
         if self.distributed and not has_accelerator() \
                 and not is_model_wrapper(model):
             find_unused = self.cfg.get('find_unused_parameters', False)
             model_wrapper_cfg = cpu_model_wrapper_cfg(model_wrapper_cfg,
                                                       find_unused)
-        return super().wrap_model(model_wrapper_cfg, model)
+        wrapped = super().wrap_model(model_wrapper_cfg, model)
+        model = get_ori_model(wrapped)
+        params = next(model.parameters(), None)
+        if params is not None and uses_mmcv_ops(model):
+            check_mmcv_ops_device(params.device)
+        return wrapped
 
     @staticmethod
     def build_dataloader(dataloader: Union[DataLoader, Dict],
