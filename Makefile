@@ -1,11 +1,12 @@
 # mocoplug: two commands on a fresh machine (see README.md).
 #   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
-#   make test   set up with mmcv's ops (if needed), then run the test suite
+#   make test   set up (if needed), then run the test suite
 #   make lint   flake8, isort and yapf as configured in setup.cfg (CI runs it)
-# The set-up installs mmcv-lite (no compile), enough for pretraining,
-# evaluation and the demo; `make setup-full` swaps in mmcv with its compiled
-# ops, which detection and the tests need (a wheel from PIP_FIND_LINKS or the
-# cache, else a one-time compile). See tools/setup_env.sh.
+# The set-up installs mmcv-lite (nothing to compile): with it mocoplug serves
+# the ops mmdet's detectors call through torchvision. `make setup-full` swaps
+# in mmcv with its compiled ops, for other mmcv ops (a wheel from
+# PIP_FIND_LINKS or the cache, else a one-time compile, with CUDA where nvcc
+# is found). See tools/setup_env.sh.
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
@@ -23,7 +24,7 @@ setup-full:
 demo: setup
 	$(PYTHON) tools/demo.py
 
-test: setup-full
+test: setup
 	$(PYTHON) -m pytest tests
 
 # the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i

@@ -96,7 +96,7 @@ if __name__ == '__main__':
         extras_require={
             'tests': parse_requirements('requirements/tests.txt'),
             'lite': parse_requirements('requirements/lite.txt'),
-            'detection': parse_requirements('requirements/detection.txt'),
+            'ops': parse_requirements('requirements/ops.txt'),
         },
         classifiers=[
             'Programming Language :: Python :: 3',

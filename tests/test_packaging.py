@@ -67,8 +67,8 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
 
 
 def assert_mmcv_is_an_extra(wheel) -> None:
-    """mmcv comes as mmcv-lite (pretraining, evaluation) or as mmcv with
-    compiled ops (detection), both imported as `mmcv`; pip cannot require
+    """mmcv comes as mmcv-lite or as mmcv with compiled ops, both imported
+    as `mmcv`; pip cannot require
     one of two, so neither is unconditional (as in mmpretrain and mmdet)
     and each is an extra with mmdet 3.3's range (mmcv < 2.2)."""
     from packaging.requirements import Requirement
@@ -92,6 +92,6 @@ def assert_mmcv_is_an_extra(wheel) -> None:
             if r.marker is not None and r.marker.evaluate({'extra': name})
         }
 
-    for name, dist in (('lite', 'mmcv-lite'), ('detection', 'mmcv')):
+    for name, dist in (('lite', 'mmcv-lite'), ('ops', 'mmcv')):
         specifier = extra(name)[dist]
         assert '2.1.0' in specifier and '2.2.0' not in specifier, specifier

@@ -1,43 +1,32 @@
 #!/usr/bin/env bash
 # Set up mocoplug's tested stack in a virtual environment (default: ./.venv).
 #
-#   bash tools/setup_env.sh              pretraining, evaluation, the demo
-#   bash tools/setup_env.sh --with-ops   the above and detection, the tests
+#   bash tools/setup_env.sh              everything: pretraining, evaluation,
+#                                        detection, the demo and the tests
+#   bash tools/setup_env.sh --with-ops   the same with mmcv's compiled ops
 #
 # mmcv comes in two forms of the same version and import name (`mmcv`):
-# mmcv-lite, pure Python, a wheel on PyPI, which is all that MoCo
-# pretraining, evaluation and the demo use; and mmcv with its compiled ops
-# (RoIAlign, nms, ...), which mmdet's detectors need and PyPI has no wheel
-# of. The default installs mmcv-lite (no compile); --with-ops swaps in the
-# full mmcv (`make setup-full`, and `make test`, whose detection tests need
-# the ops). A full mmcv already there is kept in either mode: it is a
-# superset of mmcv-lite.
+# mmcv-lite, pure Python, a wheel on PyPI; and mmcv with its compiled ops,
+# which PyPI has no wheel of. The default installs mmcv-lite: nothing is
+# compiled, and `import mocoplug` has torchvision serve the ops mmdet's
+# detectors call (mocoplug/compat/mmcv_ops.py). --with-ops (`make
+# setup-full`) swaps in the compiled mmcv, for other mmcv ops: a wheel from
+# PIP_FIND_LINKS or the cache, else built once from source (~18 min on 2
+# cores), with the CUDA kernels where nvcc is found (FORCE_CUDA=1), else
+# CPU-only, as it says. A compiled mmcv already there is kept in either mode.
 #
 # Idempotent: a second run checks a stamp and the installed stack and exits in
-# seconds. Steps:
-#   1. create the venv with Python 3.11 (override with PYTHON=/path/to/python);
-#   2. install build tools (setuptools>=77.0.3,<82: torch 2.14.1 asks for
-#      >=77.0.3 and mmcv 2.1.0's setup.py imports pkg_resources, gone in 82);
-#   3. install torch/torchvision/mmengine and the test tools, pinned;
-#   4. mmcv (version pinned in requirements/tested.txt):
-#      default: mmcv-lite from PyPI, unless a full mmcv is installed;
-#      --with-ops: mmcv with ops from a wheel if pip finds one (your
-#      PIP_FIND_LINKS and the cache below), else download its sdist, raise
-#      the C++ standard to c++20 (required by torch >= 2.10 headers), build
-#      it with ninja (MAX_JOBS parallel jobs), printing its progress, and
-#      keep the wheel in the cache so the next set-up is instant; only then
-#      is mmcv-lite uninstalled (the two share their files) and the wheel
-#      installed, so a failed build leaves a working mmcv-lite;
-#   5. install mmpretrain/mmdet (neither requires mmcv: no mmcv is pulled
-#      in), then mocoplug itself in editable mode.
+# seconds. Steps: 1. the venv (Python 3.11; PYTHON=/path/to/python picks
+# another); 2. build tools (setuptools>=77.0.3,<82: torch 2.14.1 asks for
+# >=77.0.3, mmcv 2.1.0's setup.py imports pkg_resources, gone in 82);
+# 3. torch/torchvision/mmengine and the test tools, pinned by
+# requirements/tested.txt; 4. mmcv; 5. mmpretrain/mmdet (they do not pull
+# mmcv in) and mocoplug, editable.
 #
-# Environment knobs:
-#   PYTHON            interpreter to create the venv with (default python3.11)
-#   MOCOPLUG_VENV     venv location (default <repo>/.venv)
-#   MOCOPLUG_CACHE    wheel cache (default ${XDG_CACHE_HOME:-~/.cache}/mocoplug)
-#   PIP_FIND_LINKS    extra folders/URLs with wheels (e.g. a prebuilt mmcv)
-#   MAX_JOBS          parallel compile jobs for mmcv (default: nproc; each
-#                     compiler process takes about 0.6 GiB)
+# Environment knobs: PYTHON; MOCOPLUG_VENV (venv, default <repo>/.venv);
+# MOCOPLUG_CACHE (wheels and logs, default ~/.cache/mocoplug);
+# PIP_FIND_LINKS (folders with a prebuilt mmcv wheel); MAX_JOBS (parallel
+# compile jobs, default nproc, ~0.6 GiB each).
 #
 # Output: one line per step (and the compile's progress); what pip and the
 # compiler print goes to log files under $MOCOPLUG_CACHE/logs, whose tail is
@@ -110,10 +99,10 @@ stack_ok() {
   MMCV_VERSION=$MMCV_VERSION WITH_OPS=$WITH_OPS "$VENV/bin/python" - <<'EOF' >/dev/null 2>&1
 import os
 import mmcv, mmengine, mmpretrain, mmdet, torch, torchvision  # noqa: F401
+if os.environ['WITH_OPS'] == '1':
+    import mmcv._ext  # noqa: F401  (compiled, not served by mocoplug)
 import mocoplug  # noqa: F401
 assert mmcv.__version__ == os.environ['MMCV_VERSION']
-if os.environ['WITH_OPS'] == '1':
-    from mmcv.ops import nms  # noqa: F401  (ops were compiled in)
 EOF
 }
 
@@ -158,88 +147,66 @@ run_logged "$LOGS/3-torch.log" "${PIP[@]}" \
   || fail "installing torch/torchvision/mmengine" "$SELF"
 
 # ---------------------------------------------------------------- 4. mmcv
-# mmcv_dists: the installed distributions that provide the `mmcv` package,
-# as "name==version" words (mmcv-full is mmcv 1.x's name).
+# mmcv_dists: the installed distributions of the `mmcv` package, as
+# "name==version" words (mmcv-full is mmcv 1.x's name).
 mmcv_dists() {
-  "$VPY" - <<'EOF'
+  "$VPY" -c "
 from importlib import metadata
-found = []
 for name in ('mmcv', 'mmcv-lite', 'mmcv-full'):
     try:
-        found.append(f'{name}=={metadata.version(name)}')
+        print(f'{name}=={metadata.version(name)}', end=' ')
     except metadata.PackageNotFoundError:
-        pass
-print(' '.join(found))
-EOF
+        pass"
 }
-mmcv_imports() {
-  "$VPY" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" >/dev/null 2>&1
+# mmcv_ops: the CUDA version the installed mmcv's ops were compiled with
+# ('not available': CPU only); fails where they do not load.
+mmcv_ops() {
+  "$VPY" -c "import mmcv, mmcv._ext as e, sys; assert mmcv.__version__ == '$MMCV_VERSION'; print(e.get_compiling_cuda_version())" 2>/dev/null
 }
-mmcv_ops_load() {
-  "$VPY" -c "import mmcv, sys; from mmcv.ops import nms, RoIAlign; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" \
-    >/dev/null 2>&1
-}
-# remove_mmcv LOG: uninstall every distribution of the `mmcv` package. They
-# share their files: pip must never install one over the other.
+# remove_mmcv: uninstall every distribution of the `mmcv` package (they share
+# their files: pip must never install one over the other).
 remove_mmcv() {
   local names=() dist
   for dist in $(mmcv_dists); do names+=("${dist%%==*}"); done
   ((${#names[@]} == 0)) && return 0
-  say "    uninstalling ${names[*]}"
-  run_logged "$1" "$VPY" -m pip uninstall -y "${names[@]}" \
+  run_logged "$LOGS/4-mmcv-uninstall.log" "$VPY" -m pip uninstall -y "${names[@]}" \
     || fail "uninstalling ${names[*]}" "$SELF"
-}
-# install_full_mmcv WHEEL: swap the installed mmcv (lite or other) for WHEEL.
-install_full_mmcv() {
-  remove_mmcv "$LOGS/4-mmcv-uninstall.log"
-  run_logged "$LOGS/4-mmcv-install.log" "${PIP[@]}" --no-build-isolation \
-    -c "$ROOT/requirements/tested.txt" "$1" \
-    || fail "installing $1" "$SELF"
 }
 
 dists=$(mmcv_dists)
-if ((!WITH_OPS)); then
-  if [[ $dists == "mmcv==$MMCV_VERSION" ]] && mmcv_imports; then
-    if mmcv_ops_load; then
-      say "4/5 mmcv $MMCV_VERSION with ops already installed (a superset of mmcv-lite: kept)"
-    else
-      say "4/5 mmcv $MMCV_VERSION already installed (kept; its ops do not load, which only detection needs: bash $0 --with-ops rebuilds them)"
-    fi
-  elif [[ $dists == "mmcv-lite==$MMCV_VERSION" ]] && mmcv_imports; then
+if ops=$(mmcv_ops); then
+  say "4/5 mmcv $MMCV_VERSION with compiled ops already installed (CUDA: $ops)"
+elif ((!WITH_OPS)); then
+  if [[ $dists == "mmcv-lite==$MMCV_VERSION " ]]; then
     say "4/5 mmcv-lite $MMCV_VERSION already installed"
   else
-    say "4/5 mmcv-lite $MMCV_VERSION (pure Python, no compiled ops: enough for pretraining, evaluation and the demo)"
-    remove_mmcv "$LOGS/4-mmcv-uninstall.log"
+    say "4/5 mmcv-lite $MMCV_VERSION (pure Python; mocoplug serves the detectors' ops with torchvision)"
+    remove_mmcv
     run_logged "$LOGS/4-mmcv-lite.log" "${PIP[@]}" -c "$ROOT/requirements/tested.txt" \
       "mmcv-lite==$MMCV_VERSION" \
       || fail "installing mmcv-lite $MMCV_VERSION" "$SELF (check your network / pip index)"
-    mmcv_imports || fail "mmcv-lite $MMCV_VERSION was installed but does not import" "$SELF"
   fi
-elif [[ $dists == "mmcv==$MMCV_VERSION" ]] && mmcv_ops_load; then
-  say "4/5 mmcv $MMCV_VERSION with ops already installed"
 else
-  mkdir -p "$WHEELS" "$LOGS"
+  # A CPU-only and a CUDA build share one file name: the cache keeps them apart.
+  if command -v nvcc >/dev/null 2>&1 || [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc ]]; then
+    flavour=cuda force_cuda=1
+  else
+    flavour=cpu force_cuda=0
+  fi
+  mkdir -p "$WHEELS/$flavour" "$LOGS"
   build=$(mktemp -d)
   trap 'rm -rf "$build"' EXIT
-  say "4/5 mmcv $MMCV_VERSION with ops${dists:+ (replaces $dists)}: looking for a wheel (cache $WHEELS${PIP_FIND_LINKS:+, PIP_FIND_LINKS=$PIP_FIND_LINKS})"
-  # Fetch the wheel first and install it only then: mmcv-lite stays usable
-  # until a full mmcv is in hand. PIP_FIND_LINKS holds whitespace-separated
-  # locations; our cache is added to them.
-  installed=0
-  if PIP_FIND_LINKS="$WHEELS ${PIP_FIND_LINKS:-}" "$VPY" -m pip download -q --disable-pip-version-check \
-       --no-deps --only-binary mmcv -d "$build/prebuilt" "mmcv==$MMCV_VERSION" \
-       >"$LOGS/4-mmcv-wheel.log" 2>&1; then
-    wheel=$(ls "$build"/prebuilt/mmcv-"$MMCV_VERSION"-*.whl)
-    install_full_mmcv "$wheel"
-    if mmcv_ops_load; then
-      installed=1
-      say "    installed mmcv from a prebuilt wheel ($(basename "$wheel"))"
+  say "4/5 mmcv $MMCV_VERSION with compiled ops ($flavour): looking for a wheel in $WHEELS/$flavour${PIP_FIND_LINKS:+ $PIP_FIND_LINKS}"
+  if PIP_FIND_LINKS="$WHEELS/$flavour ${PIP_FIND_LINKS:-}" "$VPY" -m pip download -q \
+       --disable-pip-version-check --no-deps --only-binary mmcv -d "$build/built" \
+       "mmcv==$MMCV_VERSION" >"$LOGS/4-mmcv-wheel.log" 2>&1; then
+    say "    found $(basename "$build"/built/*.whl)"
+  else
+    if ((force_cuda)); then
+      say "    no wheel: building from source with the CUDA kernels (nvcc found; FORCE_CUDA=1)"
     else
-      say "    the prebuilt $(basename "$wheel") does not load here (built for another torch?)"
+      say "    no wheel: building from source, CPU-ONLY (no nvcc found): on a GPU its ops stop a detector; mmcv-lite's served ops run on CUDA"
     fi
-  fi
-  if ((!installed)); then
-    say "    no usable wheel: building mmcv $MMCV_VERSION from source with ops (about 15 min on 2 cores)"
     run_logged "$LOGS/4-mmcv-download.log" "$VPY" -m pip download --no-deps --no-binary mmcv \
       --no-build-isolation "mmcv==$MMCV_VERSION" -d "$build" \
       || fail "downloading the mmcv $MMCV_VERSION source" "$SELF (needs access to your pip index)"
@@ -247,44 +214,27 @@ else
     src=$build/mmcv-$MMCV_VERSION
     # torch >= 2.10 headers need C++20; mmcv 2.1.0 hard-codes c++14/c++17.
     sed -i "s/'-std=c++14'/'-std=c++20'/g; s/'-std=c++17'/'-std=c++20'/g" "$src/setup.py"
-    grep -q "c++20" "$src/setup.py" || fail "patching mmcv's C++ standard" "report this: mmcv's setup.py changed"
-    jobs=${MAX_JOBS:-$(nproc)}
     log=$LOGS/4-mmcv-build.log
-    say "    compiling with $jobs parallel jobs; compiler log: $log"
-    # pip -v passes ninja's "[done/total] c++ ..." lines through to the log;
-    # the loop below turns them into a progress line every 30 s.
-    MMCV_WITH_OPS=1 MAX_JOBS=$jobs \
-      "$VPY" -m pip wheel -v --no-build-isolation --no-deps -w "$build/built" "$src" \
-      >"$log" 2>&1 &
-    pid=$!
-    start=$SECONDS
-    while kill -0 "$pid" 2>/dev/null; do
-      sleep 5
-      if (((SECONDS - start) % 30 < 5)) && kill -0 "$pid" 2>/dev/null; then
-        done_total=$(grep -oE '^ *\[[0-9]+/[0-9]+\]' "$log" | tail -n 1 | tr -d '[] ' || true)
-        elapsed=$(printf '%d:%02d' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))
-        if [[ -n $done_total ]]; then
-          say "    compiled ${done_total%/*} of ${done_total#*/} source files ($elapsed)"
-        else
-          say "    compiling ($elapsed, $(grep -cE '(^| )(c\+\+|g\+\+|gcc) ' "$log") compiler calls so far)"
-        fi
-      fi
+    say "    compiling with ${MAX_JOBS:-$(nproc)} parallel jobs; log: $log"
+    MMCV_WITH_OPS=1 FORCE_CUDA=$force_cuda MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+      "$VPY" -m pip wheel -v --no-build-isolation --no-deps -w "$build/built" "$src" >"$log" 2>&1 &
+    pid=$! start=$SECONDS
+    while kill -0 "$pid" 2>/dev/null; do  # ninja's [done/total] every 30 s
+      sleep 30
+      say "    compiled $(grep -oE '^ *\[[0-9]+/[0-9]+\]' "$log" | tail -n 1 | tr -d '[] ' || true) source files ($(((SECONDS - start) / 60)) min)"
     done
-    if ! wait "$pid"; then
-      printf '[setup] ---- last 40 lines of %s ----\n' "$log" >&2
-      tail -n 40 "$log" >&2
-      printf '[setup] ---- full compiler log: %s ----\n' "$log" >&2
-      fail "compiling mmcv (errors above; the full log is $log; the installed mmcv is unchanged)" \
-        "$SELF (the build restarts; MAX_JOBS=1 uses less memory)"
-    fi
-    say "    compiled in $(printf '%d:%02d' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)))"
-    wheel=$(ls "$build"/built/mmcv-"$MMCV_VERSION"-*.whl)
-    install_full_mmcv "$wheel"
-    mmcv_ops_load || fail "mmcv was built but its ops do not load" "$SELF"
-    # Cached only once its ops are seen to load: the next set-up finds it.
-    cp "$wheel" "$WHEELS/"
-    say "    built and cached $WHEELS/$(basename "$wheel")"
+    wait "$pid" || { tail -n 40 "$log" >&2; fail "compiling mmcv (full log: $log; the installed mmcv is unchanged)" "$SELF (MAX_JOBS=1 uses less memory)"; }
   fi
+  wheel=$(ls "$build"/built/mmcv-"$MMCV_VERSION"-*.whl)
+  remove_mmcv
+  run_logged "$LOGS/4-mmcv-install.log" "${PIP[@]}" --no-build-isolation \
+    -c "$ROOT/requirements/tested.txt" "$wheel" || fail "installing $wheel" "$SELF"
+  ops=$(mmcv_ops) || fail "$(basename "$wheel") was installed but its ops do not load (built for another torch?)" "$SELF"
+  if [[ $ops == "not available" ]]; then
+    flavour=cpu
+    say "    NOTE: this mmcv's ops are CPU-only: a detector on CUDA stops before training and names the fixes"
+  fi
+  mkdir -p "$WHEELS/$flavour" && cp -n "$wheel" "$WHEELS/$flavour/" || true
 fi
 
 # ---------------------------------------------------------------- 5. OpenMMLab & mocoplug
@@ -296,16 +246,9 @@ run_logged "$LOGS/5-mocoplug.log" "${PIP[@]}" --no-build-isolation --no-deps -e 
 
 stack_ok || fail "the installed stack does not import (run $VPY -c 'import mocoplug')" "rm -f '$STAMP' && $SELF"
 stamp_of >"$STAMP"
-ops=0
-if ((WITH_OPS)) || mmcv_ops_load; then ops=1; fi  # stack_ok checked them
-if ((ops)); then
-  flavour="mmcv $MMCV_VERSION with ops"
-elif [[ $(mmcv_dists) == mmcv-lite==* ]]; then
-  flavour="mmcv-lite $MMCV_VERSION"
+if ops=$(mmcv_ops); then
+  flavour="mmcv $MMCV_VERSION with compiled ops (CUDA: $ops)"
 else
-  flavour="mmcv $MMCV_VERSION (its ops do not load)"
+  flavour="mmcv-lite $MMCV_VERSION (detection ops served by torchvision)"
 fi
 say "done: $("$VPY" -c 'import torch, mmengine, mmpretrain, mmdet; print(f"torch {torch.__version__}, mmengine {mmengine.__version__}, mmpretrain {mmpretrain.__version__}, mmdet {mmdet.__version__}")'), $flavour"
-if ((!ops)); then
-  say "detection (configs/detection) needs mmcv's compiled ops: make setup-full (or bash $0 --with-ops) swaps them in"
-fi

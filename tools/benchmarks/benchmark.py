@@ -21,6 +21,7 @@ COMMANDS = {
     'train': 'one training step: mocoplug, mmpretrain and the floor',
     'pipeline': 'the CPU data pipeline per image against the official one',
     'device-augment': 'two-view augmentation on the device against workers',
+    'detection-ops': "detector step, served mmcv ops against compiled mmcv's",
     'health-hook': 'cost of RepresentationHealthHook per iteration',
     'knn': 'weighted kNN evaluation at ImageNet size',
     'lars': 'MoCoV3LARS step against mmpretrain LARS',
