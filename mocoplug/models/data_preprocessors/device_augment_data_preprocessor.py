@@ -50,7 +50,9 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
     ``generator_state``, so ``--resume`` continues the stream. Every rank
     holds the same generator and draws the whole global batch's parameters,
     keeping its own slice (this needs equal per-rank batch sizes, as
-    ``DefaultSampler`` gives). Nothing synchronises with the host.
+    ``DefaultSampler`` gives). Nothing synchronises with the host. A state
+    saved on another kind of device (16 bytes on CUDA, 5056 on the CPU)
+    re-seeds the generator from it, with a warning.
 
     Args:
         transforms (list[list[dict]]): The view pipelines, as given to
@@ -61,6 +63,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
         **kwargs: ``SelfSupDataPreprocessor``'s arguments (``mean``,
             ``std``, ``to_rgb``, ``non_blocking``, ...).
     """
+
+    variable_size_state = (STATE_KEY, )  # its size depends on the device
 
     def __init__(self,
                  transforms: List[List[dict]],
