@@ -23,7 +23,8 @@ On a machine with CUDA it runs:
    than at the start" would test the queue, not the learning). Figures:
    images/s end to end (data pipeline included), peak GPU memory. One more
    run with ``env_cfg.cudnn_benchmark=True`` gives the figure that decides
-   that setting for fixed-size crops.
+   that setting for fixed-size crops; bfloat16 autocast and channels-last
+   runs train the paths the other runs leave out.
 3. ``exact_resume``: 40 iterations uninterrupted against 20, resume, 20,
    with ``randomness.deterministic=True``: the final weights, optimizer
    state and queue must be bitwise equal, and the losses after the resume.
@@ -31,9 +32,21 @@ On a machine with CUDA it runs:
    mmpretrain and the floor, for AMP off/on x channels_last off/on (on a
    CPU: off/off and on/on), and off/off and on/on again with
    ``torch.backends.cudnn.benchmark = True`` (the model step alone, the
-   figure for the cudnn_benchmark decision).
+   figure for the cudnn_benchmark decision). Then the device
+   augmentation (``benchmark.py device-augment --decode``) and the GPU JPEG
+   decode of one batch three times between other work on the device: the
+   views must be the same each time (a decode racing the main stream would
+   corrupt them).
 5. ``knn``: ``benchmark.py knn`` at ImageNet size (1,281,167 x 2048
    float32 memory features, 50,000 queries).
+6. ``multi_gpu``: with two or more GPUs visible, one process per GPU under
+   torchrun with NCCL (two gloo processes in the CPU mode; skipped on one
+   GPU): MoCo v2 with Shuffle BN across the GPUs and the queue's
+   all_gather, MoCo v3 with its gathered keys and SyncBN, per-rank device
+   augmentation, the exact resume (the ranks' random states gathered into
+   the checkpoint) and the sharded kNN against the kNN of the whole sets.
+   Figures: images/s per GPU, and the scaling against the same run on one
+   GPU (N x per-GPU images/s / one GPU's).
 
 Without CUDA (or with ``--device cpu``) it runs the same code paths at toy
 sizes (ResNet-18, 16 px crops, a few iterations; the report's ``mode`` says
@@ -74,6 +87,7 @@ os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
 import torch  # noqa: E402
 from mmengine.config import Config  # noqa: E402
+from mmengine.dist import barrier  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
@@ -88,7 +102,11 @@ DEVICE_TESTS = [
     'tests/engine/hooks/test_exact_resume_hook.py',
     'tests/models/algorithms/test_mixed_precision.py',
 ]
-STEPS = ('device_tests', 'train', 'exact_resume', 'benchmark', 'knn')
+STEPS = ('device_tests', 'train', 'exact_resume', 'benchmark', 'knn',
+         'multi_gpu')
+V2_DEVICE_AUG = CONFIG.replace('.py', '_device-aug.py')
+V3_CONFIG = osp.join(ROOT, 'configs',
+                     'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
 FEATURES = {18: 512, 50: 2048}
 
 # What each mode runs. cuda: the shipped config at its size; cpu: the same
@@ -108,7 +126,9 @@ SIZES = dict(
             '--queue-size', '65536', '--steps', '20', '--warmup', '5'
         ],
         bench_combos=[(a, c) for a in ('off', 'on') for c in ('off', 'on')],
-        knn=[]),  # benchmark_knn's defaults: ImageNet size
+        augment_batches=['32', '256'],
+        knn=[],  # benchmark_knn's defaults: ImageNet size
+        dist_iters=50),
     cpu=dict(
         depth=18,
         width=16,  # stem and base channels (64 in ResNet-18 proper)
@@ -127,10 +147,12 @@ SIZES = dict(
         # each path once (a CPU compiles kernels for every new layout and
         # dtype, which is most of the time at this size)
         bench_combos=[('off', 'off'), ('on', 'on')],
+        augment_batches=['2'],
         knn=[
             '--bank', '20000', '--queries', '500', '--dim', '128', '--classes',
             '100'
-        ]))
+        ],
+        dist_iters=2))
 # the loss must fall below the control's; judged from this many iterations
 MIN_ITERS_TO_JUDGE = 50
 
@@ -159,7 +181,12 @@ def parse_args(argv=None):
         '--out',
         default=osp.join('work_dirs', 'gpu_check', 'gpu_check.json'),
         help='the JSON report')
+    parser.add_argument(
+        '--dist-worker',
+        action='store_true',
+        help='(internal) a process of the multi_gpu step, under torchrun')
     args = parser.parse_args(argv)
+    args.launcher = 'pytorch' if args.dist_worker else 'none'
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device == 'cuda' and not torch.cuda.is_available():
@@ -221,6 +248,8 @@ def run_train(args, size, work_dir) -> dict:
     )
     if args.device == 'cuda':
         runs['amp_off_cudnn_benchmark'] = dict(cudnn_benchmark=True)
+        runs['bf16'] = dict(bf16=True)
+        runs['channels_last'] = dict(channels_last=True)
     out = {}
     for name, options in runs.items():
         cfg = pretrain_cfg(args, size, osp.join(work_dir, name), iters,
@@ -261,6 +290,7 @@ def run_exact_resume(args, size, work_dir) -> dict:
         pretrain_cfg(
             args, size, resumed_dir, iters, resume_from=middle, **options),
         args.device)
+    barrier()  # (distributed: rank 0 has written the checkpoints)
     a = checkpoint_tensors(osp.join(full_dir, f'iter_{iters}.pth'))
     b = checkpoint_tensors(osp.join(resumed_dir, f'iter_{iters}.pth'))
     diffs = {key: max_abs_difference(a[key], b[key]) for key in a if key in b}
@@ -320,11 +350,52 @@ def run_benchmark(args, size, work_dir) -> dict:
         checks[f'{name}_timed'] = all(
             math.isfinite(ms) and ms > 0
             for ms in out[name]['median_ms'].values())
+    augment = benchmark_command('device-augment').main([
+        '--batches', *size['augment_batches'], '--rounds', '3', '--decode',
+        '--threads',
+        str(torch.get_num_threads())
+    ])
+    decode = decode_repeats(args.device)
+    checks['decode_repeatable'] = decode.pop('repeatable')
     return dict(
         machine=result['machine'],
         argv=' '.join(size['bench']),
         runs=out,
+        device_augment={k: augment[k]
+                        for k in ('batched', 'decode')},
+        decode=decode,
         checks=checks)
+
+
+def decode_repeats(device: str, repeats: int = 3) -> dict:
+    """The views of one batch of JPEGs decoded and cropped on ``device``
+    ``repeats`` times, other work on the device's current stream in
+    between (it frees memory the next decode may be given): the same
+    views each time, and how far they are from the CPU decoder's."""
+    from mocoplug.models.utils.batch_augments import decode_views
+    bench = benchmark_command('device-augment')
+    preprocessor, _ = bench.build_preprocessor(bench.V2_DECODE, device)
+    sizes, modes = preprocessor._crop_geometry()
+    with tempfile.TemporaryDirectory() as folder:
+        inputs = bench.encoded_batch(bench.make_images(folder, 8),
+                                     16)['inputs']
+    args = (inputs['encoded'], inputs['exif_orientation'],
+            inputs['crop_boxes'], inputs['flips'], sizes, modes)
+    runs, side = [], 2048 if device == 'cuda' else 64
+    for _ in range(repeats):
+        busy = torch.randn(side, side, device=device)
+        busy = busy @ busy  # queued before the decode, freed after it
+        runs.append(decode_views(*args, torch.device(device)))
+        del busy
+    cpu = decode_views(*args, torch.device('cpu'))
+    difference = torch.cat([(a.cpu().float() - b.float()).abs().flatten()
+                            for a, b in zip(runs[0], cpu)])
+    return dict(
+        repeatable=all(
+            torch.equal(a, b) for run in runs[1:]
+            for a, b in zip(run, runs[0])),
+        vs_cpu_max_grey_levels=difference.max().item(),
+        vs_cpu_mean_grey_levels=round(difference.mean().item(), 3))
 
 
 def run_knn(args, size, work_dir) -> dict:
@@ -345,6 +416,129 @@ def run_knn(args, size, work_dir) -> dict:
             accuracy_in_range=all(0 <= v <= 100 for v in accuracy.values())))
 
 
+def run_multi_gpu(args, size, work_dir) -> dict:
+    """The multi-process runs under torchrun (see the module docstring),
+    and the same MoCo v2 run in this process for the scaling."""
+    procs = torch.cuda.device_count() if args.device == 'cuda' else 2
+    if procs < 2:
+        return dict(skipped=f'{procs} GPU visible: needs 2 or more')
+    iters = args.iters or size['dist_iters']
+    cmd = [
+        sys.executable, '-m', 'torch.distributed.run', '--standalone',
+        f'--nproc_per_node={procs}',
+        osp.abspath(__file__), '--dist-worker', '--device', args.device,
+        '--iters',
+        str(iters), '--work-dir', work_dir
+    ]
+    for option in ('batch', 'workers'):
+        if getattr(args, option) is not None:
+            cmd += [f'--{option}', str(getattr(args, option))]
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True)
+    paths = [osp.join(work_dir, f'rank{r}.json') for r in range(procs)]
+    if proc.returncode or not all(osp.exists(p) for p in paths):
+        raise RuntimeError(f'torchrun exited with {proc.returncode}:\n' +
+                           proc.stdout[-3000:])
+    ranks = []
+    for path in paths:
+        with open(path) as f:
+            ranks.append(json.load(f))
+    one = train_figures(
+        pretrain_cfg(args, size, osp.join(work_dir, 'one_process'), iters),
+        args.device)
+    per_gpu = ranks[0]['runs']['mocov2_shuffle_bn']['images_per_s']
+    checks = {
+        f'{name}_loss_finite': all(r['runs'][name]['loss_finite']
+                                   for r in ranks)
+        for name in ranks[0]['runs']
+    }
+    checks.update(ranks[0]['checks'])
+    return dict(
+        processes=procs,
+        backend='nccl' if args.device == 'cuda' else 'gloo',
+        iterations=iters,
+        runs={
+            name: {
+                k: v
+                for k, v in run.items() if k != 'losses'
+            }
+            for name, run in ranks[0]['runs'].items()
+        },
+        exact_resume=ranks[0]['exact_resume'],
+        knn=ranks[0]['knn'],
+        images_per_s_per_gpu=per_gpu,
+        images_per_s_one_gpu=one['images_per_s'],
+        scaling=round(procs * per_gpu / one['images_per_s'], 2),
+        checks=checks)
+
+
+def dist_worker(args) -> None:
+    """One process of the multi_gpu step: train each run, the exact resume
+    and the sharded kNN; rank r writes rank{r}.json to the work dir."""
+    from mmengine.dist import get_rank
+    size = SIZES[args.device]
+    runs = dict(
+        mocov2_shuffle_bn=CONFIG,
+        mocov3_gathered_keys=V3_CONFIG,
+        mocov2_device_augment=V2_DEVICE_AUG)
+    out = dict(runs={})
+    for name, config in runs.items():
+        args.config = config
+        out['runs'][name] = train_figures(
+            pretrain_cfg(args, size, osp.join(args.work_dir, name),
+                         args.iters), args.device)
+        barrier()
+    args.config = CONFIG
+    out['exact_resume'] = run_exact_resume(
+        args, size, osp.join(args.work_dir, 'exact_resume'))
+    out['knn'] = sharded_knn_check(args.device)
+    out['checks'] = dict(
+        exact_resume_bitwise_equal=out['exact_resume']['checks']
+        ['bitwise_equal'],
+        sharded_knn_as_whole_sets=out['knn'].pop('same_accuracy'))
+    with open(osp.join(args.work_dir, f'rank{get_rank()}.json'), 'w') as f:
+        json.dump(out, f, default=str)
+    barrier()
+
+
+def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
+    """The kNN of shards of random features (one per rank) against the kNN
+    of the whole sets in one process: a near-tie at the k-th neighbour
+    (float32 sums in another order) may change one query's vote, so the
+    accuracies may differ by one query (100 / queries)."""
+    from mmengine.dist import get_dist_info
+
+    from mocoplug.evaluation import (FeatureShard,
+                                     sharded_weighted_knn_accuracy,
+                                     weighted_knn_accuracy)
+    rank, world_size = get_dist_info()
+    gen = torch.Generator().manual_seed(0)
+
+    def features(num):
+        feats = torch.nn.functional.normalize(
+            torch.randn(num, 64, generator=gen), dim=1)
+        return feats, torch.randint(0, 10, (num, ), generator=gen)
+
+    def shard(feats, labels):
+        ids = torch.arange(len(feats))[rank::world_size]
+        return FeatureShard(*(t.to(device)
+                              for t in (feats[ids], labels[ids], ids)))
+
+    bank, query = features(size), features(queries)
+    sharded = sharded_weighted_knn_accuracy(
+        shard(*query), shard(*bank), 10, (20, 200))
+    whole = weighted_knn_accuracy(*query, *bank, 10, (20, 200))
+    return dict(
+        sharded=sharded,
+        whole=whole,
+        same_accuracy=all(
+            abs(sharded[k] - whole[k]) <= 100 / queries + 1e-6 for k in whole))
+
+
 # -------------------------------------------------------- runs from config
 
 
@@ -353,22 +547,32 @@ def pretrain_cfg(args,
                  work_dir: str,
                  iters: int,
                  amp: bool = False,
+                 bf16: bool = False,
+                 channels_last: bool = False,
                  lr: Optional[float] = None,
                  cudnn_benchmark: bool = False,
                  deterministic: bool = False,
                  checkpoint_interval: Optional[int] = None,
                  resume_from: Optional[str] = None) -> Config:
     """The pretraining config with synthetic images, ``iters`` iterations
-    and one GPU's settings (or the CPU toy sizes)."""
+    and one GPU's settings (or the CPU toy sizes); each process of a
+    distributed run (``args.launcher``) keeps the config's Shuffle BN."""
     cfg = Config.fromfile(args.config)
     cfg.work_dir = work_dir
-    cfg.launcher = 'none'
+    cfg.launcher = args.launcher
     cfg.log_level = 'WARNING'
     cfg.experiment_name = (f'gpu_check-{osp.basename(work_dir)}-'
                            f'{os.getpid()}-{time.time_ns()}')
     model = cfg.model
-    model.shuffle_bn = 'split'  # one process: BN over slices of the batch
-    model.num_splits = size['num_splits']
+    if 'shuffle_bn' in model and args.launcher == 'none':
+        model.shuffle_bn = 'split'  # one process: BN over batch slices
+        model.num_splits = size['num_splits']
+    if args.device == 'cpu':  # torch's SyncBN and AMP need a GPU
+        cfg.model = model = without_sync_bn(model)
+        if cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
+            cfg.optim_wrapper.pop('loss_scale', None)
+            cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
+    model.channels_last = channels_last
     if model.backbone.depth != size['depth'] or 'width' in size:
         width = size.get('width', 64)
         model.backbone.update(
@@ -410,13 +614,26 @@ def pretrain_cfg(args,
     if amp and args.device == 'cuda':  # what tools/train.py --amp sets
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.loss_scale = 'dynamic'
-    elif amp:
+    elif amp or bf16:
+        cfg.optim_wrapper.pop('loss_scale', None)
         cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
     if lr is not None:
         cfg.optim_wrapper.optimizer.lr = lr
     if resume_from:
         cfg.resume, cfg.load_from = True, resume_from
     return cfg
+
+
+def without_sync_bn(node):
+    """A config with every ``SyncBN`` norm layer a plain BatchNorm of any
+    dimension (a ``SplitBN`` of one slice)."""
+    if isinstance(node, dict):
+        node = type(node)({k: without_sync_bn(v) for k, v in node.items()})
+        if node.get('type') == 'SyncBN':
+            node.update(type='mocoplug.SplitBN', num_splits=1)
+    elif isinstance(node, list):
+        node = [without_sync_bn(v) for v in node]
+    return node
 
 
 def set_crop_size(pipeline, crop: int) -> None:
@@ -581,7 +798,8 @@ RUNNERS = dict(
     train=run_train,
     exact_resume=run_exact_resume,
     benchmark=run_benchmark,
-    knn=run_knn)
+    knn=run_knn,
+    multi_gpu=run_multi_gpu)
 
 
 def run_step(name: str, fn: Callable, args, size, work_dir) -> dict:
@@ -604,6 +822,8 @@ def run_step(name: str, fn: Callable, args, size, work_dir) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.dist_worker:
+        return dist_worker(args)
     size = SIZES[args.device]
     mode = (f'{args.device}: the shipped sizes' if args.device == 'cuda' else
             'cpu: toy sizes (no CUDA device; ResNet-18, 16 px crops, a few '
@@ -659,6 +879,12 @@ def summary(name: str, step: dict) -> str:
         return (f"{step['config']['bank']} x {step['config']['dim']} memory, "
                 f"{step['config']['queries']} queries: {s['seconds']:.1f} s, "
                 f"+{s['peak_extra_mib']:.0f} MiB")
+    if name == 'multi_gpu':
+        if 'skipped' in step:
+            return f"skipped: {step['skipped']}"
+        return (f"{step['processes']} x {step['backend']}: "
+                f"{step['images_per_s_per_gpu']:.0f} img/s per GPU, "
+                f"scaling {step['scaling']:.2f} vs one")
     return ''
 
 
@@ -678,4 +904,5 @@ def print_table(report: dict, out: Callable = print) -> None:
 
 
 if __name__ == '__main__':
-    sys.exit(0 if main()['ok'] else 1)
+    result = main()
+    sys.exit(0 if result is None or result['ok'] else 1)

@@ -71,8 +71,9 @@ def compare_state_dict(model: nn.Module,
     (parameters, persistent buffers, extra state). As in mmengine's
     ``load_state_dict``, a missing ``num_batches_tracked`` is not reported
     (BatchNorm fills it in for checkpoints older than torch 0.4.1). Shapes
-    are not compared for lazy (uninitialised) parameters and non-tensor
-    entries.
+    are not compared for lazy (uninitialised) parameters, non-tensor
+    entries and the tensors a module names in its ``variable_size_state``
+    (e.g. a random generator's state, whose size depends on the device).
 
     Args:
         model (nn.Module): The model, unwrapped.
@@ -82,6 +83,11 @@ def compare_state_dict(model: nn.Module,
         StateDictMismatch: Empty (falsy) when every tensor fits.
     """
     expected = model.state_dict()
+    variable_size = {
+        f'{prefix}.{key}' if prefix else key
+        for prefix, module in model.named_modules()
+        for key in getattr(module, 'variable_size_state', ())
+    }
     result = StateDictMismatch()
     for name, value in expected.items():
         if name not in state_dict:
@@ -91,7 +97,7 @@ def compare_state_dict(model: nn.Module,
         loaded = state_dict[name]
         if not (torch.is_tensor(value) and torch.is_tensor(loaded)):
             continue
-        if nn.parameter.is_lazy(value):
+        if nn.parameter.is_lazy(value) or name in variable_size:
             continue
         if loaded.shape != value.shape:
             result.shapes.append(

@@ -5,7 +5,7 @@ import os
 
 import torch
 import torch.multiprocessing as mp
-from mmengine.model import BaseModel
+from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmengine.runner import Runner
 
 from mocoplug.datasets import DigitsDataset
@@ -26,6 +26,16 @@ class FlattenImages(BaseModel):
 
     def forward(self, inputs, data_samples=None, mode='tensor'):
         return self.extract_feat(inputs)
+
+
+class SamplesToMeta(BaseDataPreprocessor):
+    """Moves the samples where their values cannot be read (the meta
+    device), as a stand-in for a GPU where every read waits."""
+
+    def forward(self, data, training=False):
+        data = super().forward(data, training)
+        return dict(
+            data, data_samples=[s.to('meta') for s in data['data_samples']])
 
 
 def digits_loader(shuffle=False, split='test', images=IMAGES):
@@ -64,11 +74,19 @@ def test_one_process_gives_every_image_in_dataset_order():
     assert torch.equal(shard.feats, feats)
 
 
-def _worker(rank, port, out_dir):
+def test_labels_are_read_before_the_preprocessor_moves_the_samples():
+    model = FlattenImages(data_preprocessor=SamplesToMeta())
+    feats, labels = expected_features()
+    got, got_labels = extract_features(model, digits_loader())
+    assert torch.equal(got, feats) and torch.equal(got_labels, labels)
+
+
+def _worker(rank, port, out_dir, images=IMAGES):
     import torch.distributed as dist
     join_gloo_group(rank, port)
     # (built first: the datasets pickle their entries)
-    loader, queries = digits_loader(), digits_loader(split='train', images=9)
+    loader = digits_loader(images=images)
+    queries = digits_loader(split='train', images=9)
     record = dict(received=0, objects=0)
     count_collective_bytes(record)
     shard = extract_feature_shard(FlattenImages(), loader)
@@ -108,6 +126,24 @@ def test_two_ranks_shard_without_padding_and_gather_only_the_features(
     # queries, 21 memory images): the same neighbours, since the k-th and
     # (k + 1)-th similarities of these pixel vectors differ by 2.5e-3 or
     # more for k = 1, 5 (float64), far above float32 rounding (1e-6)
+    queries, query_labels = expected_features('train', 9)
+    expected = weighted_knn_accuracy(queries, query_labels, feats, labels, 10,
+                                     (1, 5))
+    assert outs[0]['knn'] == outs[1]['knn'] == expected
+
+
+def test_a_rank_without_images_gathers_and_votes(tmp_path):
+    """One image, two ranks: rank 1 gets only the sampler's padding, so
+    its shard is empty, with the dtypes of rank 0's (a float32 label
+    tensor there would not match the int64 ones in the gather)."""
+    mp.spawn(_worker, args=(free_port(), str(tmp_path), 1), nprocs=2)
+    feats, labels = expected_features(images=1)
+    outs = [torch.load(tmp_path / f'{r}.pth') for r in range(2)]
+    assert outs[1]['shard']['ids'].numel() == 0
+    for out in outs:
+        assert out['shard']['labels'].dtype == torch.long
+    assert torch.equal(outs[0]['gathered']['feats'], feats)
+    assert torch.equal(outs[0]['gathered']['labels'], labels)
     queries, query_labels = expected_features('train', 9)
     expected = weighted_knn_accuracy(queries, query_labels, feats, labels, 10,
                                      (1, 5))

@@ -56,6 +56,20 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
     }
     for run in bench['runs'].values():
         assert set(run['median_ms']) == {'ours', 'mmpretrain', 'floor'}
+    # the CPU's decode compared with itself: the same views every time
+    assert bench['checks']['decode_repeatable']
+    assert bench['decode']['vs_cpu_max_grey_levels'] == 0
+    assert bench['device_augment']['decode'][0]['ms_per_image'] > 0
+
+    # two gloo processes stand for the GPUs
+    multi = steps['multi_gpu']
+    assert (multi['processes'], multi['backend']) == (2, 'gloo')
+    assert set(multi['runs']) == {
+        'mocov2_shuffle_bn', 'mocov3_gathered_keys', 'mocov2_device_augment'
+    }
+    assert multi['checks']['exact_resume_bitwise_equal']
+    assert multi['checks']['sharded_knn_as_whole_sets']
+    assert multi['images_per_s_per_gpu'] > 0 and multi['scaling'] > 0
 
     knn = steps['knn']
     assert knn['config']['bank'] == 20000

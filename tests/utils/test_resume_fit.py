@@ -12,6 +12,8 @@ from mocoplug.registry import MODEL_WRAPPERS
 from mocoplug.utils.resume_fit import (MAX_LISTED, RESUME_REVISE_KEYS,
                                        ResumeMismatchError, check_resume_fits,
                                        compare_state_dict)
+from ..models.data_preprocessors.test_device_augment_data_preprocessor import (
+    batch, build, run)
 
 
 @MODEL_WRAPPERS.register_module(force=True)
@@ -115,3 +117,25 @@ def test_long_lists_are_cut_with_a_count():
         in message
     assert f'extra.{MAX_LISTED - 1:02d}\n    ... and 5 more\n' in message
     assert f'extra.{MAX_LISTED:02d}' not in message
+
+
+def test_a_generator_state_of_another_device_is_not_refused():
+    """The device augmentation's generator state is 16 bytes on CUDA and
+    5056 on the CPU: a CUDA run's checkpoint resumed on the CPU fits, and
+    loading it re-seeds the generator from the saved state."""
+    model = nn.ModuleDict(dict(data_preprocessor=build()))
+    outputs = []
+    for seed in (0, 0, 1):
+        state = dict(model.state_dict())
+        cuda_state = torch.randint(
+            0,
+            256, (16, ),
+            generator=torch.Generator().manual_seed(seed),
+            dtype=torch.uint8)
+        state['data_preprocessor.generator_state'] = cuda_state
+        check_resume_fits(model, dict(state_dict=state))
+        resumed = copy.deepcopy(model)
+        resumed.load_state_dict(state)
+        outputs.append(run(resumed.data_preprocessor, batch()))
+    assert all(torch.equal(x, y) for x, y in zip(outputs[0], outputs[1]))
+    assert not all(torch.equal(x, y) for x, y in zip(outputs[0], outputs[2]))

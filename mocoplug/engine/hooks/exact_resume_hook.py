@@ -134,7 +134,8 @@ class ExactResumeHook(Hook):
             self._seeder = ReseedWorkerPerEpoch(
                 seed=runner.seed, rank=get_rank())
             transforms.insert(0, self._seeder)
-        self._seeder.seed = int(runner.seed)
+        # (a seeder the config names holds its own, default, seed and rank)
+        self._seeder.seed, self._seeder.rank = int(runner.seed), get_rank()
 
     def before_train_epoch(self, runner: Runner) -> None:
         if self._seeder is not None:

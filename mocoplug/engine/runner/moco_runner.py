@@ -7,12 +7,15 @@ from mmengine.config import Config, ConfigDict
 from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
+from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
 from mocoplug.datasets.labelled_folder import fill_data_root
+from mocoplug.models.algorithms.base_momentum import BaseMomentumSelfSupervisor
 from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
                             leave_process_group_at_exit)
@@ -22,6 +25,36 @@ from .dataloader_options import (without_collate_scope,
                                  without_idle_persistent_workers)
 
 ConfigType = Union[Dict, Config, ConfigDict]
+
+
+def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
+                             model: nn.Module) -> Optional[Dict]:
+    """The wrapper config, with ``broadcast_buffers=False`` when it wraps a
+    MoCo (momentum) model in a ``DistributedDataParallel``.
+
+    With torch's default (``True``) DDP would send rank 0's buffers at every
+    forward: the queue, its ids and pointer and both encoders' BN
+    statistics, replacing each rank's own. ``None`` (mmengine's default DDP,
+    which broadcasts nothing) and other wrappers are returned as given.
+
+    Raises:
+        ValueError: The config asks for ``broadcast_buffers=True``.
+    """
+    if model_wrapper_cfg is None or not isinstance(model,
+                                                   BaseMomentumSelfSupervisor):
+        return model_wrapper_cfg
+    cfg = dict(model_wrapper_cfg)
+    wrapper = MODEL_WRAPPERS.get(cfg.get('type', 'MMDistributedDataParallel'))
+    if not (isinstance(wrapper, type)
+            and issubclass(wrapper, DistributedDataParallel)):
+        return model_wrapper_cfg
+    if cfg.get('broadcast_buffers', False):
+        raise ValueError(
+            'model_wrapper_cfg.broadcast_buffers=True: DDP would replace '
+            "every rank's MoCo queue and momentum encoder BN statistics by "
+            "rank 0's at each forward. Remove it (mocoplug sets False).")
+    cfg['broadcast_buffers'] = False
+    return cfg
 
 
 @RUNNERS.register_module()
@@ -60,6 +93,8 @@ class MoCoRunner(Runner):
     - without an accelerator, a distributed run (``--launcher pytorch``)
       joins a gloo process group and wraps the model in DDP for CPU
       modules; with one, the config's backend stays (nccl by default);
+    - a MoCo model's DDP never broadcasts buffers, whatever
+      ``model_wrapper_cfg`` says (:func:`without_buffer_broadcast`);
     - after a run ends without an error, the process leaves the process
       group when it exits (:func:`mocoplug.utils.leave_process_group`).
     """
@@ -96,13 +131,16 @@ class MoCoRunner(Runner):
     def wrap_model(self, model_wrapper_cfg: Optional[Dict],
                    model: nn.Module) -> nn.Module:
         """mmengine's wrapping; DDP takes CPU modules on a machine without
-        an accelerator; a model that runs mmcv's ops must find them on its
-        device."""
-        if self.distributed and not has_accelerator() \
-                and not is_model_wrapper(model):
-            find_unused = self.cfg.get('find_unused_parameters', False)
-            model_wrapper_cfg = cpu_model_wrapper_cfg(model_wrapper_cfg,
-                                                      find_unused)
+        an accelerator, never broadcasts a momentum model's buffers
+        (:func:`without_buffer_broadcast`); a model that runs mmcv's ops
+        must find them on its device."""
+        if self.distributed and not is_model_wrapper(model):
+            if not has_accelerator():
+                find_unused = self.cfg.get('find_unused_parameters', False)
+                model_wrapper_cfg = cpu_model_wrapper_cfg(
+                    model_wrapper_cfg, find_unused)
+            model_wrapper_cfg = without_buffer_broadcast(
+                model_wrapper_cfg, model)
         wrapped = super().wrap_model(model_wrapper_cfg, model)
         model = get_ori_model(wrapped)
         params = next(model.parameters(), None)

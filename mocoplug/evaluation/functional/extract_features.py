@@ -15,7 +15,8 @@ class FeatureShard(NamedTuple):
     Attributes:
         feats (torch.Tensor): Features (n, C), float32, on the model's
             device.
-        labels (torch.Tensor): Class labels (n, ), on the same device.
+        labels (torch.Tensor): Class labels (n, ), int64, on the same
+            device.
         ids (torch.Tensor): Dataset index of every row (n, ), increasing,
             on the same device. Over all ranks every index of the dataset
             appears exactly once (the sampler's padding is dropped).
@@ -79,31 +80,34 @@ def extract_feature_shard(
     position = rank  # of the next row in the sampler's padded index list
     try:
         for data in dataloader:
-            data = model.data_preprocessor(data, False)
+            # labels and indices are read from the loader's host samples,
+            # before the preprocessor moves them to the device
             samples = data['data_samples']
             if not samples or 'gt_label' not in samples[0]:
                 raise ValueError(
                     'kNN evaluation needs labelled images, but the dataset '
                     'gives no gt_label: use a labelled split (e.g. '
                     'with_label=True) for the memory and query sets')
-            batch = pool_feature(feature_fn(data['inputs']))
             # rows at positions >= size are the sampler's padding; the
             # positions increase, so the real rows are a prefix
             real = len(range(position, size, world_size)[:len(samples)])
-            feats.append(batch[:real].float())
             labels += [int(s.gt_label) for s in samples[:real]]
             ids += [
                 int(s.get('sample_idx', position + world_size * i))
                 for i, s in enumerate(samples[:real])
             ]
             position += world_size * len(samples)
+            data = model.data_preprocessor(data, False)
+            batch = pool_feature(feature_fn(data['inputs']))
+            feats.append(batch[:real].float())
     finally:
         model.train(was_training)
     device = feats[0].device if feats else _model_device(model)
     if not feats:  # a rank that got no images (tiny dataset, many ranks)
         feats = [torch.empty(0, 0, device=device)]
     shard = FeatureShard(
-        torch.cat(feats), torch.tensor(labels, device=device),
+        torch.cat(feats),
+        torch.tensor(labels, dtype=torch.long, device=device),
         torch.tensor(ids, dtype=torch.long, device=device))
     if shard.ids.numel() > 1 and not bool((shard.ids.diff() > 0).all()):
         order = shard.ids.argsort()

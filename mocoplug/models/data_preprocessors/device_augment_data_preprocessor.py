@@ -11,6 +11,7 @@ from mocoplug.datasets.transforms.view_pipeline_split import (repeat_per_view,
                                                               transform_name)
 from mocoplug.registry import MODELS
 from ..utils.batch_augments import PhotometricViewAugment, decode_views
+from ..utils.batch_augments.decode_resized_crop import to_device
 
 STATE_KEY = 'generator_state'
 _SEED_MIX = 0x5DEECE66D  # the stream differs from torch's global one
@@ -50,7 +51,11 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
     ``generator_state``, so ``--resume`` continues the stream. Every rank
     holds the same generator and draws the whole global batch's parameters,
     keeping its own slice (this needs equal per-rank batch sizes, as
-    ``DefaultSampler`` gives). Nothing synchronises with the host.
+    ``DefaultSampler`` gives). Nothing synchronises with the host: the views
+    are copied from pinned memory without blocking, and the data samples
+    are left on the host (the model reads only their metainfo). A state
+    saved on another kind of device (16 bytes on CUDA, 5056 on the CPU)
+    re-seeds the generator from it, with a warning.
 
     Args:
         transforms (list[list[dict]]): The view pipelines, as given to
@@ -61,6 +66,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
         **kwargs: ``SelfSupDataPreprocessor``'s arguments (``mean``,
             ``std``, ``to_rgb``, ``non_blocking``, ...).
     """
+
+    variable_size_state = (STATE_KEY, )  # its size depends on the device
 
     def __init__(self,
                  transforms: List[List[dict]],
@@ -166,7 +173,7 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                                 modes, self.device)
         if isinstance(inputs, (list, tuple)) and all(
                 torch.is_tensor(v) and v.dim() == 4 for v in inputs):
-            return self.cast_data(list(inputs))
+            return [to_device(view, self.device) for view in inputs]
         raise TypeError(
             'DeviceAugmentDataPreprocessor: in training, inputs must be a '
             'list of B x 3 x H x W views (GeometricMultiView + PackInputs) '
@@ -201,6 +208,5 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 images = (images - self.mean) / self.std
             outputs.append(images)
         self._has_drawn = True
-        return dict(
-            inputs=outputs,
-            data_samples=self.cast_data(data.get('data_samples')))
+        # the samples stay on the host: MoCo reads only their metainfo
+        return dict(inputs=outputs, data_samples=data.get('data_samples'))

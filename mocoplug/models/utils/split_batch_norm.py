@@ -93,11 +93,11 @@ class SplitBatchNorm(_BatchNorm):
             raise ValueError(
                 f'SplitBatchNorm: a batch of {n} cannot be cut into '
                 f'{splits} slices; raise the batch size or lower num_splits')
-        momentum = self.momentum
+        # momentum None (a cumulative average): batch_norm leaves the batch
+        # statistics, _store_running averages them in on the device
+        momentum = 1.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
             self.num_batches_tracked.add_(1)
-            if momentum is None:  # cumulative moving average, as nn.BatchNorm
-                momentum = 1.0 / float(self.num_batches_tracked)
         if n % splits == 0:
             mean = self.running_mean.repeat(splits)
             var = self.running_var.repeat(splits)
@@ -126,7 +126,13 @@ class SplitBatchNorm(_BatchNorm):
 
     @torch.no_grad()
     def _store_running(self, means: torch.Tensor, vars_: torch.Tensor):
-        if self.track_running_stats:
+        if not self.track_running_stats:
+            return
+        if self.momentum is None:  # as nn.BatchNorm: weight 1 / batches
+            weight = self.num_batches_tracked.to(means.dtype).reciprocal()
+            self.running_mean.lerp_(means.mean(0), weight)
+            self.running_var.lerp_(vars_.mean(0), weight)
+        else:
             self.running_mean.copy_(means.mean(0))
             self.running_var.copy_(vars_.mean(0))
 

@@ -256,3 +256,37 @@ def test_other_worker_count_warns_and_load_from_is_ignored(
     # load_from without resume (fine-tuning): nothing to resume, no warning
     run(toy_cfg(tiny_runner_cfg, tmp_path / 'c', load_from=ckpt))
     assert len(warnings_logged) == 1
+
+
+def test_a_seeder_named_in_the_config_gets_the_seed_and_rank(monkeypatch):
+    """ReseedWorkerPerEpoch at the head of the configured pipeline (seed 0,
+    rank 0 by default): the hook gives it the run's seed and this rank, so
+    worker 0 of rank 0 and of rank 1 draw different streams."""
+    from types import SimpleNamespace
+
+    from mmengine.dataset import Compose
+    from mmengine.runner import EpochBasedTrainLoop
+
+    from mocoplug.datasets.transforms import (ReseedWorkerPerEpoch,
+                                              reseed_worker_per_epoch)
+    from mocoplug.engine.hooks import ExactResumeHook, exact_resume_hook
+    monkeypatch.setattr(reseed_worker_per_epoch, 'get_worker_info',
+                        lambda: SimpleNamespace(id=0))
+    draws, states = [], (random.getstate(), np.random.get_state())
+    for rank in (0, 1):
+        monkeypatch.setattr(exact_resume_hook, 'get_rank', lambda r=rank: r)
+        seeder = ReseedWorkerPerEpoch()
+        loop = EpochBasedTrainLoop.__new__(EpochBasedTrainLoop)
+        loop.dataloader = SimpleNamespace(
+            num_workers=2, dataset=SimpleNamespace(pipeline=Compose([seeder])))
+        hook = ExactResumeHook()
+        hook.before_train(SimpleNamespace(train_loop=loop, seed=7))
+        assert hook._seeder is seeder
+        assert (seeder.seed, seeder.rank) == (7, rank)
+        seeder.set_epoch(1)
+        with torch.random.fork_rng():
+            seeder({})
+            draws.append(torch.rand(4))
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    assert not torch.equal(draws[0], draws[1])

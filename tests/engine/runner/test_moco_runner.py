@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import torch.nn as nn
 from mmengine.config import Config
 from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
@@ -29,6 +30,7 @@ from mocoplug.engine.runner.dataloader_options import (
 from mocoplug.utils import leave_process_group, process_group
 from ...conftest import unique_experiment_name
 from ...gloo import free_port, join_gloo_group
+from ...models.algorithms.test_no_host_sync import build as build_moco
 
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
@@ -288,3 +290,44 @@ def test_two_cpu_ranks_train_then_leave_the_group_at_exit(
     for rank in (0, 1):
         exit_state = json.loads((tmp_path / f'exit_{rank}.json').read_text())
         assert exit_state == dict(alive=False)
+
+
+def _wrap_moco_on_two_cpu_ranks(rank: int, port: int, out_dir: str,
+                                wrapper_cfg: dict) -> None:
+    join_gloo_group(rank, port)
+    os.environ['LOCAL_RANK'] = str(rank)
+    runner = MoCoRunner.__new__(MoCoRunner)
+    runner._distributed, runner.cfg = True, Config(dict())
+    model = build_moco('v2', 'split')
+    wrapped = runner.wrap_model(copy.deepcopy(wrapper_cfg), model)
+    # this rank's own queue and BN statistics, then a forward through DDP
+    key_bn = next(m for m in model.momentum_encoder.modules()
+                  if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    model.queue.keys.fill_(rank)
+    key_bn.running_mean.fill_(rank)  # (the key encoder runs no forward)
+    wrapped(torch.zeros(2, 3, 16, 16), mode='tensor')
+    with open(osp.join(out_dir, f'{rank}.json'), 'w') as f:
+        json.dump(
+            dict(
+                broadcast_buffers=wrapped.broadcast_buffers,
+                keys=model.queue.keys.unique().tolist(),
+                bn=key_bn.running_mean.unique().tolist()), f)
+    with pytest.raises(ValueError, match='broadcast_buffers=True'):
+        runner.wrap_model(
+            dict(broadcast_buffers=True), build_moco('v2', 'split'))
+    dist.destroy_process_group()
+
+
+def test_a_momentum_model_is_wrapped_without_buffer_broadcast(tmp_path):
+    """A wrapper config without broadcast_buffers (torch's default: True):
+    each rank keeps its own queue and momentum encoder statistics through
+    a DDP forward; asking for True is refused."""
+    mp.spawn(
+        _wrap_moco_on_two_cpu_ranks,
+        args=(free_port(), str(tmp_path),
+              dict(type='MMDistributedDataParallel')),
+        nprocs=2)
+    for rank in (0, 1):
+        run = json.loads((tmp_path / f'{rank}.json').read_text())
+        assert run == dict(
+            broadcast_buffers=False, keys=[float(rank)], bn=[float(rank)])

@@ -21,9 +21,11 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmpretrain.models.utils import SelfSupDataPreprocessor
+from mmpretrain.structures import DataSample
 from scipy.stats import chi2
 
 from mocoplug.models import DeviceAugmentDataPreprocessor, data_preprocessors
+from mocoplug.models.utils import batch_augments
 from mocoplug.models.utils.batch_augments import (BatchColorJitter,
                                                   BatchGaussianBlur,
                                                   BatchRandomGrayscale,
@@ -33,6 +35,7 @@ from mocoplug.registry import TRANSFORMS
 from ...datasets.photo import photo_crop
 
 MODULE = data_preprocessors.device_augment_data_preprocessor
+DECODE = batch_augments.decode_resized_crop
 ROOT = osp.dirname(
     osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 Z = 5.  # standard errors: two-sided normal tail 5.7e-7
@@ -197,6 +200,14 @@ def test_ranks_take_their_slice_of_one_global_draw(monkeypatch):
             assert torch.equal(x, y[rank * 3:(rank + 1) * 3])
 
 
+def test_training_leaves_the_data_samples_on_the_host():
+    """MoCo reads only their metainfo: no per-sample copy to the device."""
+    samples = [DataSample(metainfo=dict(sample_idx=i)) for i in range(4)]
+    samples[0].set_gt_label(3)
+    out = build()(dict(inputs=batch(), data_samples=samples), True)
+    assert all(a is b for a, b in zip(out['data_samples'], samples))
+
+
 def test_evaluation_is_selfsup_preprocessing():
     views = batch()
     plain = SelfSupDataPreprocessor(**NORM)
@@ -338,10 +349,13 @@ def test_photometric_half_has_the_per_image_distribution():
             assert p_value > ALPHA
 
 
-def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
+@pytest.mark.parametrize('padded', [None, 1], ids=['one-batch', 'by-size'])
+def test_decoding_on_the_device_path_crops_as_the_workers(
+        tmp_path, monkeypatch, padded):
     """Files read by the workers (LoadImageBytes, CropBoxMultiView,
     PackEncodedViews), decoded, cropped, resized and flipped by the
-    preprocessor on the CPU, JPEGs and PNGs mixed: each view is the
+    preprocessor on the CPU, JPEGs and PNGs mixed, resized in one padded
+    batch or one image at a time (in order of size): each view is the
     per-image pipeline's crop of the same box (OpenCV decoding, mmcv's
     pillow resize), within 2 grey levels (the decoders agree exactly, the
     resize bound is argued in tests/datasets/
@@ -373,6 +387,8 @@ def test_decoding_on_the_device_path_crops_as_the_workers(tmp_path):
             results = step(results)
         samples.append(results)
     data = default_collate(samples)
+    if padded is not None:
+        monkeypatch.setattr(DECODE, 'PADDED_ELEMENTS', padded)
     device = build(transforms=[views], to_rgb=False, mean=None, std=None)
     out = device(data, True)['inputs']
     boxes, flips = data['inputs']['crop_boxes'], data['inputs']['flips']

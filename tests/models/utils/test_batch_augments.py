@@ -279,3 +279,45 @@ def test_flips_commute_with_every_photometric_step():
             assert torch.equal(
                 op(batch.flip(dims), params),
                 op(batch, params).flip(dims))
+
+
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+def test_batched_crops_are_the_per_image_antialiased_resize(mode):
+    """resized_crops of a zero-padded batch of photos of several sizes,
+    downscaling and upscaling crops: each is torch's antialiased resize of
+    the crop alone in float32 (the per-image path on a GPU), before
+    rounding. Each side sums at most K taps per axis, weights of absolute
+    sum at most S per axis, values <= 255, in float32 (u = 2^-24) with
+    weights normalised by a K-term sum: within (2 (K_y + K_x) + 12) u
+    255 S_y S_x of the exact value, so twice that between the two."""
+    from mocoplug.models.utils.batch_augments.decode_resized_crop import (
+        filter_weights, resized_crops)
+    sizes = [(48, 64), (40, 36), (64, 52), (30, 30)]
+    images = [
+        torch.from_numpy(photo_crop(h, w, seed)).permute(2, 0, 1)
+        for seed, (h, w) in enumerate(sizes)
+    ]
+    boxes = torch.tensor([[3, 5, 40, 50], [0, 0, 40, 36], [10, 2, 9, 13],
+                          [7, 4, 20, 26]])
+    out_size = (16, 20)
+    batch = torch.zeros(len(images), 3, 64, 64)
+    for b, image in zip(batch, images):
+        b[:, :image.shape[1], :image.shape[2]] = image
+    got = resized_crops(batch, boxes, out_size, mode)
+    taps, abs_sum = 0, 1.
+    for axis, (start, length) in enumerate(((0, 2), (1, 3))):
+        weights = filter_weights(boxes[:, start].float(),
+                                 boxes[:, length].float(), out_size[axis], 64,
+                                 mode)
+        taps += int((weights != 0).sum(-1).max())
+        abs_sum *= weights.abs().sum(-1).max().item()
+    atol = 2 * (2 * taps + 12) * 2**-24 * 255 * abs_sum
+    for image, box, crop in zip(images, boxes.tolist(), got):
+        top, left, height, width = box
+        want = torch.nn.functional.interpolate(
+            image[None, :, top:top + height, left:left + width].float(),
+            size=out_size,
+            mode=mode,
+            antialias=True,
+            align_corners=False)[0]
+        torch.testing.assert_close(crop, want, rtol=0, atol=atol)

@@ -4,6 +4,7 @@ import torch
 import torch.nn as nn
 
 from mocoplug.models import SplitBatchNorm
+from ..algorithms.test_no_host_sync import HostSyncWatch
 
 
 def reference_split_bn(bn: nn.BatchNorm2d, x: torch.Tensor, splits: int):
@@ -12,7 +13,8 @@ def reference_split_bn(bn: nn.BatchNorm2d, x: torch.Tensor, splits: int):
     out = torch.empty_like(x)
     means, vars_ = [], []
     for g in range(splits):
-        copy = nn.BatchNorm2d(bn.num_features).to(x.dtype)
+        copy = nn.BatchNorm2d(bn.num_features, momentum=bn.momentum)
+        copy = copy.to(x.dtype)
         copy.load_state_dict(bn.state_dict())
         out[g::splits] = copy(x[g::splits])
         means.append(copy.running_mean)
@@ -43,6 +45,23 @@ def test_matches_one_batch_norm_per_slice(batch, on_device):
     assert torch.allclose(split.running_mean, ref_mean, rtol=0, atol=ATOL)
     assert torch.allclose(split.running_var, ref_var, rtol=0, atol=ATOL)
     assert int(split.num_batches_tracked) == 1
+
+
+@pytest.mark.parametrize('momentum', [0.1, None])
+def test_running_statistics_over_steps_without_host_reads(momentum, on_device):
+    """Three steps; momentum None is nn.BatchNorm's cumulative average
+    (weights 1, 1/2, 1/3), computed without reading a device value."""
+    torch.manual_seed(0)
+    plain = nn.BatchNorm2d(3, momentum=momentum).double()
+    split = SplitBatchNorm.convert(plain, num_splits=4)
+    for step in range(3):
+        x = torch.randn(8, 3, 5, 5, dtype=torch.float64) * 3 + step
+        _, ref_mean, ref_var = reference_split_bn(plain, x, 4)
+        with HostSyncWatch() as watch:
+            split(x)
+        assert watch.syncs == []
+        assert torch.allclose(split.running_mean, ref_mean, rtol=0, atol=ATOL)
+        assert torch.allclose(split.running_var, ref_var, rtol=0, atol=ATOL)
 
 
 def test_differs_from_whole_batch_norm_in_training(on_device):

@@ -6,22 +6,24 @@ CropBoxMultiView`.
 JPEGs are decoded with ``torchvision.io.decode_jpeg`` on the target device
 (nvjpeg, the whole batch in one call, on CUDA; libjpeg-turbo on CPU); other
 formats with ``torchvision.io.decode_image`` on the CPU, then copied. The
-EXIF orientation is applied as OpenCV's decoding does. Each crop is resized
-with PIL's antialiased filter (mmpretrain's
+EXIF orientation is applied as OpenCV's decoding does. The crops are
+resized with PIL's antialiased filter (mmpretrain's
 ``RandomResizedCrop(backend='pillow')``), as the workers' crops
 (:func:`~mocoplug.datasets.transforms.antialiased_resized_crop.
-antialiased_resized_crop`).
+antialiased_resized_crop`), all at once: two batched matrix products per
+view over the zero-padded images.
 """
 import warnings
-from typing import List, Sequence, Tuple
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import torch
 import torchvision.io as tvio
 
-from mocoplug.datasets.transforms.antialiased_resized_crop import \
-    antialiased_resized_crop
-
 JPEG_MAGIC = b'\xff\xd8\xff'
+# the most elements of one padded float32 batch of images (1 GiB); larger
+# batches are resized in chunks of images of similar size
+PADDED_ELEMENTS = 2**28
+_DECODE_STREAMS: Dict[torch.device, torch.cuda.Stream] = {}
 
 
 def _as_tensor(data: bytes) -> torch.Tensor:
@@ -41,28 +43,54 @@ def decode_images(encoded: Sequence[bytes],
     jpegs = [i for i, data in enumerate(encoded) if data[:3] == JPEG_MAGIC]
     with warnings.catch_warnings():  # torchvision 0.29 deprecates its io
         warnings.simplefilter('ignore', DeprecationWarning)
-        try:
-            decoded = tvio.decode_jpeg([_as_tensor(encoded[i]) for i in jpegs],
-                                       mode=tvio.ImageReadMode.RGB,
-                                       device=device) if jpegs else []
-        except RuntimeError:
-            decoded = []
-            for i in jpegs:
-                try:
-                    decoded.append(
-                        tvio.decode_jpeg(
-                            _as_tensor(encoded[i]),
-                            mode=tvio.ImageReadMode.RGB,
-                            device=device))
-                except RuntimeError:
-                    decoded.append(None)
+        decoded = _decode_jpegs([_as_tensor(encoded[i])
+                                 for i in jpegs], device) if jpegs else []
         for i, image in zip(jpegs, decoded):
             images[i] = image
         for i, data in enumerate(encoded):
             if images[i] is None:
-                images[i] = tvio.decode_image(
-                    _as_tensor(data), mode=tvio.ImageReadMode.RGB).to(device)
+                images[i] = to_device(
+                    tvio.decode_image(
+                        _as_tensor(data), mode=tvio.ImageReadMode.RGB), device)
     return images
+
+
+def _decode_jpegs(data: List[torch.Tensor],
+                  device: torch.device) -> List[torch.Tensor]:
+    """``decode_jpeg`` of the files on ``device``, in one call, else one by
+    one (None for a file the device cannot decode).
+
+    On CUDA torchvision's decoder allocates its outputs on the caller's
+    stream and writes them on a stream of its own without waiting for the
+    caller's (pytorch/vision PR #9606): memory the caching allocator hands
+    out there may still be read by work queued before. So the decode runs
+    on a side stream that first waits for the current one, the current
+    stream then waits for the decode, and every output records the
+    current stream, which reads it after the side stream allocated it.
+    """
+
+    def decode(files):
+        try:
+            return tvio.decode_jpeg(
+                files, mode=tvio.ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            return None
+
+    if device.type != 'cuda':
+        decoded = decode(data)
+        return decoded if decoded is not None else [decode(d) for d in data]
+    current = torch.cuda.current_stream(device)
+    side = _DECODE_STREAMS.setdefault(device, torch.cuda.Stream(device))
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        decoded = decode(data)
+        if decoded is None:
+            decoded = [decode(d) for d in data]
+    current.wait_stream(side)
+    for image in decoded:
+        if image is not None:
+            image.record_stream(current)
+    return decoded
 
 
 def apply_exif_orientation(image: torch.Tensor,
@@ -106,19 +134,123 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
         list[Tensor]: ``V`` uint8 ``B x 3 x h x w`` BGR views (mmcv's
         channel order, as the workers' views).
     """
+    device = torch.device(device)
     # (the boxes, flips and orientations are CPU tensors: no device sync)
     images = [
         apply_exif_orientation(image, orientation)
         for image, orientation in zip(
             decode_images(encoded, device), orientations.tolist())
     ]
-    boxes = crop_boxes.tolist()
-    flips = flips.tolist()
-    views = []
-    for v, (size, mode) in enumerate(zip(sizes, modes)):
-        crops = []
-        for b, image in enumerate(images):
-            crop = antialiased_resized_crop(image, boxes[b][v], size, mode)
-            crops.append(crop.flip(-1) if flips[b][v] else crop)
-        views.append(torch.stack(crops).flip(1))  # RGB -> BGR
-    return views
+    params = torch.cat([crop_boxes.float(), flips[..., None].float()], -1)
+    views = [[] for _ in sizes]
+    order = []
+    for chunk in _chunks([i.shape[-2:] for i in images], PADDED_ELEMENTS):
+        order += chunk
+        batch = _padded([images[i] for i in chunk])
+        chunk_params = to_device(params[chunk], device)
+        for v, (size, mode) in enumerate(zip(sizes, modes)):
+            crops = resized_crops(batch, chunk_params[:, v, :4], size, mode)
+            crops = crops.round_().clamp_(0, 255).to(torch.uint8)
+            flip = chunk_params[:, v, 4, None, None, None] > 0
+            views[v].append(torch.where(flip, crops.flip(-1), crops))
+    inverse = to_device(torch.tensor(order).argsort(), device)
+    return [torch.cat(v)[inverse].flip(1) for v in views]  # RGB -> BGR
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; from the host to CUDA it is copied from
+    pinned memory (pinned here unless the data loader did it) without
+    making the host wait."""
+    device = torch.device(device)
+    if device.type == 'cuda' and tensor.device.type == 'cpu' \
+            and not tensor.is_pinned():
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
+def _chunks(shapes: Sequence[Tuple[int, int]],
+            budget: int) -> Iterator[List[int]]:
+    """Indices of the images, by size, in runs whose zero-padded 3-channel
+    batch holds at most ``budget`` elements (or a single image)."""
+    order = sorted(
+        range(len(shapes)), key=lambda i: shapes[i][0] * shapes[i][1])
+    chunk, height, width = [], 0, 0
+    for i in order:
+        h, w = max(height, shapes[i][0]), max(width, shapes[i][1])
+        if chunk and (len(chunk) + 1) * 3 * h * w > budget:
+            yield chunk
+            chunk, h, w = [], shapes[i][0], shapes[i][1]
+        chunk.append(i)
+        height, width = h, w
+    if chunk:
+        yield chunk
+
+
+def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The ``3 x H x W`` images as one float32 batch, zero-padded at the
+    bottom and right to the largest height and width."""
+    height = max(i.shape[-2] for i in images)
+    width = max(i.shape[-1] for i in images)
+    batch = images[0].new_zeros((len(images), 3, height, width),
+                                dtype=torch.float32)
+    for out, image in zip(batch, images):
+        out[:, :image.shape[-2], :image.shape[-1]] = image
+    return batch
+
+
+def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
+                   size: int, mode: str) -> torch.Tensor:
+    """The weights of PIL's antialiased resize (torch's ``interpolate(...,
+    antialias=True)``) of spans of an axis of ``size`` pixels to ``out``.
+
+    Args:
+        starts (Tensor): ``N`` first pixels of the spans (float).
+        lengths (Tensor): ``N`` lengths of the spans (float).
+        out (int): Output length.
+        size (int): Length of the axis.
+        mode (str): 'bilinear' or 'bicubic'.
+
+    Returns:
+        Tensor: ``N x out x size`` float32; row ``i`` of span ``n`` weighs
+        the pixels of the span, zero outside it, and sums to 1.
+    """
+    starts, lengths = starts[:, None, None], lengths[:, None, None]
+    scale = lengths / out
+    stretch = scale.clamp(min=1.)  # the filter's support grows downscaling
+    support = (1. if mode == 'bilinear' else 2.) * stretch
+    center = scale * (torch.arange(out, device=starts.device)[:, None] + .5)
+    first = (center - support + .5).floor().clamp(min=0.)
+    end = torch.minimum((center + support + .5).floor(), lengths)
+    pixel = torch.arange(size, device=starts.device) - starts  # in the span
+    x = ((pixel - center + .5) / stretch).abs()
+    if mode == 'bilinear':
+        weights = (1. - x).clamp(min=0.)
+    else:  # cubic convolution, a = -0.5 (PIL's and torch's antialiasing)
+        a = -.5
+        weights = torch.where(
+            x < 1., ((a + 2.) * x - (a + 3.)) * x * x + 1.,
+            torch.where(x < 2., (((x - 5.) * x + 8.) * x - 4.) * a, 0.))
+    weights = weights * ((pixel >= first) & (pixel < end))
+    return weights / weights.sum(-1, keepdim=True)
+
+
+def resized_crops(images: torch.Tensor, boxes: torch.Tensor,
+                  size: Tuple[int, int], mode: str) -> torch.Tensor:
+    """Crop ``boxes`` of a padded float batch and resize them to ``size``
+    with PIL's antialiased filter, all at once (a product with the row
+    weights, then with the column weights).
+
+    Args:
+        images (Tensor): ``N x C x H x W`` float32 images.
+        boxes (Tensor): ``N x 4`` boxes (top, left, height, width) on the
+            images' device, one per image.
+        size (tuple): Output (height, width).
+        mode (str): 'bilinear' or 'bicubic'.
+
+    Returns:
+        Tensor: ``N x C x h x w`` float32, not rounded.
+    """
+    top, left, height, width = boxes.float().unbind(-1)
+    rows = filter_weights(top, height, size[0], images.shape[-2], mode)
+    cols = filter_weights(left, width, size[1], images.shape[-1], mode)
+    return rows[:, None] @ images @ cols[:, None].transpose(-1, -2)
