@@ -48,6 +48,12 @@ On a machine with CUDA it runs:
    Figures: images/s per GPU, and the scaling against the same run on one
    GPU (N x per-GPU images/s / one GPU's).
 
+7. ``detection``: ``benchmark.py detection-ops``: a training step and a
+   test pass of Faster R-CNN R50-C4 (the VOC config, SyncBN as BN) on the
+   device, with the mmcv kernels mocoplug serves (and compiled mmcv's
+   where installed). Checks: losses finite, boxes predicted. Figures: ms
+   per step.
+
 Without CUDA (or with ``--device cpu``) it runs the same code paths at toy
 sizes (ResNet-18, 16 px crops, a few iterations; the report's ``mode`` says
 so); CI runs that mode (tests/tools/test_gpu_check.py) so the script stays
@@ -103,7 +109,7 @@ DEVICE_TESTS = [
     'tests/models/algorithms/test_mixed_precision.py',
 ]
 STEPS = ('device_tests', 'train', 'exact_resume', 'benchmark', 'knn',
-         'multi_gpu')
+         'multi_gpu', 'detection')
 V2_DEVICE_AUG = CONFIG.replace('.py', '_device-aug.py')
 V3_CONFIG = osp.join(ROOT, 'configs',
                      'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
@@ -128,7 +134,8 @@ SIZES = dict(
         bench_combos=[(a, c) for a in ('off', 'on') for c in ('off', 'on')],
         augment_batches=['32', '256'],
         knn=[],  # benchmark_knn's defaults: ImageNet size
-        dist_iters=50),
+        dist_iters=50,
+        detection=['--size', '512', '--batch', '2', '--rois', '512']),
     cpu=dict(
         depth=18,
         width=16,  # stem and base channels (64 in ResNet-18 proper)
@@ -152,7 +159,10 @@ SIZES = dict(
             '--bank', '20000', '--queries', '500', '--dim', '128', '--classes',
             '100'
         ],
-        dist_iters=2))
+        dist_iters=2,
+        detection=[
+            '--size', '64', '--batch', '1', '--rois', '8', '--repeats', '1'
+        ]))
 # the loss must fall below the control's; judged from this many iterations
 MIN_ITERS_TO_JUDGE = 50
 
@@ -793,13 +803,25 @@ def environment(args) -> dict:
     return env
 
 
+def run_detection(args, size, work_dir) -> dict:
+    """benchmark.py detection-ops: a detector's training step and test pass
+    on the device, on the mmcv kernels mocoplug serves."""
+    argv = size['detection'] + ['--device', args.device]
+    result = benchmark_command('detection-ops').main(argv)
+    result['checks'] = dict(
+        losses_finite=result['losses_finite'],
+        boxes_predicted=result['boxes_per_pass'] > 0)
+    return result
+
+
 RUNNERS = dict(
     device_tests=run_device_tests,
     train=run_train,
     exact_resume=run_exact_resume,
     benchmark=run_benchmark,
     knn=run_knn,
-    multi_gpu=run_multi_gpu)
+    multi_gpu=run_multi_gpu,
+    detection=run_detection)
 
 
 def run_step(name: str, fn: Callable, args, size, work_dir) -> dict:
@@ -885,6 +907,9 @@ def summary(name: str, step: dict) -> str:
         return (f"{step['processes']} x {step['backend']}: "
                 f"{step['images_per_s_per_gpu']:.0f} img/s per GPU, "
                 f"scaling {step['scaling']:.2f} vs one")
+    if name == 'detection':
+        return '; '.join(f"{r['step']} ({r['kernels']}) {r['median']} ms"
+                         for r in step['rows'])
     return ''
 
 

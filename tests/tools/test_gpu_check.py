@@ -76,6 +76,13 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
     # random features, 100 classes: chance level, far below 10 %
     assert all(0 <= v < 10 for v in knn['sharded']['accuracy'].values())
 
+    # a Faster R-CNN C4 step and test pass on the served mmcv kernels
+    det = steps['detection']
+    assert det['device'] == 'cpu' and det['checks'] == dict(
+        losses_finite=True, boxes_predicted=True)
+    assert [(r['step'], r['kernels']) for r in det['rows']
+            ][:1] == [('train step', 'served (torchvision)')]
+
     table = capsys.readouterr().out
     for name in gpu_check.STEPS:
         assert f'| {name} | ok |' in table

@@ -11,12 +11,13 @@ needs ``make setup-full``, or its wheel first on PYTHONPATH).
 """
 import argparse
 import importlib
+import math
 import os.path as osp
 import sys
 
 import torch
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
+from mmengine.registry import DefaultScope
 
 from mocoplug.compat.mmcv_ops import ServedOps, serve_mmcv_ops
 from .common import CONFIGS, machine, markdown_table, round_robin_ms
@@ -46,8 +47,8 @@ def build(config: str, size: int, batch: int, rois: int, device: str):
     cfg = Config.fromstring(text, '.py')
     cfg.model.train_cfg.rcnn.sampler.num = rois
     cfg.model.test_cfg.rpn.max_per_img = rois
-    init_default_scope('mmdet')
-    model = MODELS.build(cfg.model).to(device)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(cfg.model).to(device)
     gen = torch.Generator().manual_seed(0)
     samples = []
     for _ in range(batch):
@@ -86,18 +87,22 @@ def main(argv=None):
     model, inputs, samples = build(args.config, args.size, args.batch,
                                    args.rois, args.device)
 
+    losses, boxes = [], []
+
     def train_step(ext):
         use_kernels(ext)
         model.train()
         loss, _ = model.parse_losses(model(inputs, samples, mode='loss'))
         loss.backward()
         model.zero_grad(set_to_none=True)
+        losses.append(loss.item())
 
     def test_pass(ext):
         use_kernels(ext)
         model.eval()
         with torch.no_grad():
-            model(inputs, samples, mode='predict')
+            out = model(inputs, samples, mode='predict')
+        boxes.append(sum(len(o.pred_instances) for o in out))
 
     kernels = {'served (torchvision)': served}
     if compiled is not None:
@@ -133,4 +138,8 @@ def main(argv=None):
                 kernels='mmcv kernels',
                 median='median ms',
                 spread='min-max ms')))
-    return rows
+    return dict(
+        rows=rows,
+        device=args.device,
+        losses_finite=all(map(math.isfinite, losses)),
+        boxes_per_pass=boxes[-1])
