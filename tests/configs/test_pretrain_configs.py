@@ -9,7 +9,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import mocoplug.engine.hooks.moco_config_check_hook as check_hook
-from .conftest import config_path
+from .conftest import config_path, shrink_crops
 
 PRETRAIN = [
     'mocov2_r50_8xb32.py',
@@ -17,6 +17,7 @@ PRETRAIN = [
     'mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py',
     'mocov1/mocov1_r50_8xb32-steplr-200e_in1k.py',
     'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py',
+    'mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_digits-folder.py',
     'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
 ]
 
@@ -145,6 +146,33 @@ def test_folder_recipe_sets_what_depends_on_the_size_by_its_rules(
         'model.queue.size to at most 4 x the number of images (16) or '
         'model.queue.exclude_same_instance=True.'
     ]
+
+
+def test_digits_folder_recipe_is_the_folder_one_at_cpu_size():
+    """Only the data root, the CPU sizes and the queue the rule gives for
+    1258 images differ."""
+    folder = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'))
+    cpu = Config.fromfile(
+        config_path(
+            'mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_digits-folder.py'))
+    assert cpu.model.backbone == dict(
+        type='SmallConvNet', channels=(32, 64, 128, 256), pool_after=(0, 1, 2))
+    assert dict(
+        cpu.model.neck, in_channels=2048,
+        hid_channels=2048) == folder.model.neck
+    assert cpu.model.queue.size == 4096 <= 4 * 1258
+    assert (cpu.model.shuffle_bn, cpu.model.num_splits) == ('split', 4)
+    for key in ('head', 'type', 'data_preprocessor'):
+        assert cpu.model.get(key) == folder.model.get(key)
+    for key in ('optim_wrapper', 'auto_scale_lr', 'randomness'):
+        assert cpu[key] == folder[key]
+    loader = cpu.train_dataloader
+    assert loader.dataset.data_root == 'data/digits/train'
+    assert loader.dataset.pipeline == shrink_crops(
+        folder.train_dataloader.dataset.pipeline, 32)
+    assert (loader.batch_size, cpu.train_cfg.max_epochs) == (64, 15)
+    assert cpu.custom_hooks == folder.custom_hooks  # m = 0.999
 
 
 def test_digits_demo_recipe():
