@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from .digits import DigitsDataset
+from .digits import DigitsDataset, write_digits_folder
 from .image_check import (IMAGE_EXTENSIONS, UnreadableImageError, check_image,
                           decode_image, find_images)
 from .labelled_folder import fill_data_root, labelled_folder_classes
@@ -10,5 +10,6 @@ from .wrapped_dataset import dataset_transforms, unwrap_dataset
 __all__ = [
     'DigitsDataset', 'IMAGE_EXTENSIONS', 'UnreadableImageError', 'check_image',
     'decode_image', 'find_images', 'SyntheticImageDataset', 'fill_data_root',
-    'labelled_folder_classes', 'dataset_transforms', 'unwrap_dataset'
+    'labelled_folder_classes', 'dataset_transforms', 'unwrap_dataset',
+    'write_digits_folder'
 ]

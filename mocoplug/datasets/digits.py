@@ -1,5 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import List
+import os
+import os.path as osp
+from typing import Dict, List
 
 import numpy as np
 from mmpretrain.datasets import BaseDataset
@@ -97,3 +99,32 @@ class DigitsDataset(BaseDataset):
             f'Split: \t{self.split}', f'Image size: \t{self.img_size}',
             f'With labels: \t{self.with_label}'
         ]
+
+
+def write_digits_folder(root: str, img_size: int = 32) -> Dict[str, int]:
+    """Write the digits as PNG files in mmpretrain's ``CustomDataset``
+    layout, ``root/train/<digit>/<index>.png`` and ``root/val/<digit>/...``
+    (the held-out ``'test'`` split): a real folder for the folder configs
+    (pretrain on ``root/train``) and for ``tools/analysis_tools/knn_eval.py
+    --data-root root``.
+
+    Args:
+        root (str): The folder to write into.
+        img_size (int): Side of the images. Defaults to 32.
+
+    Returns:
+        Dict[str, int]: The number of images written per split.
+    """
+    from PIL import Image
+
+    written = {}
+    for split, folder in (('train', 'train'), ('test', 'val')):
+        dataset = DigitsDataset(split=split, img_size=img_size)
+        for i in range(len(dataset)):
+            info = dataset.get_data_info(i)
+            path = osp.join(root, folder, str(info['gt_label']),
+                            f'{info["digits_index"]:04d}.png')
+            os.makedirs(osp.dirname(path), exist_ok=True)
+            Image.fromarray(info['img']).save(path)
+        written[folder] = len(dataset)
+    return written

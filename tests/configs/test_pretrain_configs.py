@@ -8,7 +8,8 @@ import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from .conftest import config_path
+import mocoplug.engine.hooks.moco_config_check_hook as check_hook
+from .conftest import config_path, shrink_crops
 
 PRETRAIN = [
     'mocov2_r50_8xb32.py',
@@ -16,6 +17,7 @@ PRETRAIN = [
     'mocov2/mocov2_r50_8xb32-coslr-800e_in1k.py',
     'mocov1/mocov1_r50_8xb32-steplr-200e_in1k.py',
     'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py',
+    'mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_digits-folder.py',
     'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py',
 ]
 
@@ -113,6 +115,64 @@ def test_folder_variant_reads_unlabelled_images():
         config_path('mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'))
     assert cfg.train_dataloader.dataset.type == 'CustomDataset'
     assert cfg.train_dataloader.dataset.with_label is False
+
+
+def test_folder_recipe_sets_what_depends_on_the_size_by_its_rules(
+        tmp_path, tiny_data_cfg, monkeypatch):
+    """The folder recipe at any size: a BN projection neck; lr 0.03 per 256
+    images of batch, scaled when the run starts; before training, the
+    config check logs the sizes and warns that 65536 keys are too many for 4
+    images."""
+    name = 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'
+    neck = Config.fromfile(config_path(name)).model.neck
+    assert (neck.with_bn, neck.with_last_bn, neck.with_last_bn_affine,
+            neck.with_bias) == (True, True, False, False)
+    logged = []
+    monkeypatch.setattr(check_hook, 'print_log',
+                        lambda msg, **kw: logged.append(msg))
+    cfg = tiny_data_cfg(name, tmp_path)  # 4 images, batch 4
+    cfg.train_cfg.max_epochs = 1
+    cfg.model.shuffle_bn = 'split'
+    cfg.model.num_splits = 2
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    group = runner.optim_wrapper.optimizer.param_groups[0]
+    assert group['initial_lr'] == pytest.approx(0.03 * 4 / 256)
+    assert logged == [
+        'MoCo: 4 training images, 1 iterations, queue 65536 (16384.0 keys '
+        'per image).',
+        'MoCo: the queue (65536 keys) holds 16384 keys of every one of the 4 '
+        'training images, which are negatives of their own image: set '
+        'model.queue.size to at most 4 x the number of images (16) or '
+        'model.queue.exclude_same_instance=True.'
+    ]
+
+
+def test_digits_folder_recipe_is_the_folder_one_at_cpu_size():
+    """Only the data root, the CPU sizes and the queue the rule gives for
+    1258 images differ."""
+    folder = Config.fromfile(
+        config_path('mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'))
+    cpu = Config.fromfile(
+        config_path(
+            'mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_digits-folder.py'))
+    assert cpu.model.backbone == dict(
+        type='SmallConvNet', channels=(32, 64, 128, 256), pool_after=(0, 1, 2))
+    assert dict(
+        cpu.model.neck, in_channels=2048,
+        hid_channels=2048) == folder.model.neck
+    assert cpu.model.queue.size == 4096 <= 4 * 1258
+    assert (cpu.model.shuffle_bn, cpu.model.num_splits) == ('split', 4)
+    for key in ('head', 'type', 'data_preprocessor'):
+        assert cpu.model.get(key) == folder.model.get(key)
+    for key in ('optim_wrapper', 'auto_scale_lr', 'randomness'):
+        assert cpu[key] == folder[key]
+    loader = cpu.train_dataloader
+    assert loader.dataset.data_root == 'data/digits/train'
+    assert loader.dataset.pipeline == shrink_crops(
+        folder.train_dataloader.dataset.pipeline, 32)
+    assert (loader.batch_size, cpu.train_cfg.max_epochs) == (64, 15)
+    assert cpu.custom_hooks == folder.custom_hooks  # m = 0.999
 
 
 def test_digits_demo_recipe():

@@ -1,9 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import numpy as np
 import pytest
+from PIL import Image
 from sklearn.datasets import load_digits
 
-from mocoplug.datasets import DigitsDataset
+from mocoplug.datasets import DigitsDataset, write_digits_folder
 
 
 def test_splits_are_disjoint_stratified_and_cover_everything():
@@ -43,3 +44,17 @@ def test_unlabelled_mode_hides_labels_and_bad_split_is_refused():
     assert 'gt_label' not in info
     with pytest.raises(ValueError, match='split'):
         DigitsDataset(split='val')
+
+
+def test_write_digits_folder_is_the_splits_as_labelled_png_files(tmp_path):
+    assert write_digits_folder(str(tmp_path)) == dict(train=1258, val=539)
+    train = DigitsDataset(split='train')
+    info = train.get_data_info(0)
+    path = (
+        tmp_path / 'train' / str(info['gt_label']) /
+        f'{info["digits_index"]:04d}.png')
+    np.testing.assert_array_equal(np.asarray(Image.open(path)), info['img'])
+    assert sorted(p.name for p in (tmp_path / 'val').iterdir()) == [
+        str(d) for d in range(10)
+    ]
+    assert len(list(tmp_path.glob('val/*/*.png'))) == 539

@@ -237,6 +237,39 @@ def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
             "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo v3).")
 
 
+#: Most keys of every training image the queue may hold before the check
+#: warns (configs/mocov2/README.md, "Your own folder").
+MAX_QUEUE_KEYS_PER_IMAGE = 4
+
+
+def warn_dataset_size(model: nn.Module, num_images: int,
+                      max_iters: int) -> List[str]:
+    """Log the number of training images and iterations and the queue's
+    keys per image; warn when the queue holds more than
+    ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image (unless
+    ``exclude_same_instance``), the folder config's rule. Returns the
+    warnings."""
+    facts = [f'{num_images} training images', f'{max_iters} iterations']
+    warnings = []
+    queue = getattr(model, 'queue', None)
+    size = getattr(queue, 'size', None)
+    if size:
+        per_image = size / max(num_images, 1)
+        facts.append(f'queue {size} ({per_image:.1f} keys per image)')
+        if per_image > MAX_QUEUE_KEYS_PER_IMAGE \
+                and not queue.exclude_same_instance:
+            warnings.append(
+                f'MoCo: the queue ({size} keys) holds {per_image:.0f} keys '
+                f'of every one of the {num_images} training images, which '
+                'are negatives of their own image: set model.queue.size to '
+                f'at most {MAX_QUEUE_KEYS_PER_IMAGE} x the number of images '
+                f'({MAX_QUEUE_KEYS_PER_IMAGE * num_images}) or {EXCLUDE}.')
+    print_log('MoCo: ' + ', '.join(facts) + '.', logger='current')
+    for warning in warnings:
+        print_log(warning, logger='current', level=logging.WARNING)
+    return warnings
+
+
 @HOOKS.register_module()
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup before the first batch is loaded.
@@ -248,9 +281,11 @@ class MoCoConfigCheckHook(Hook):
     (:func:`check_equal_batches`), ``num_splits`` vs the batch
     (:func:`check_split_batch`), unique ``sample_idx`` for
     ``exclude_same_instance`` (:func:`check_sample_idx`), SyncBN for MoCo
-    v3 on several GPUs (a warning, :func:`warn_without_sync_bn`) and a
-    registered ``MomentumUpdateHook`` (:func:`check_momentum_hook`). Other
-    models are left alone. On in ``configs/_base_/default_runtime.py``.
+    v3 on several GPUs (a warning, :func:`warn_without_sync_bn`), a
+    registered ``MomentumUpdateHook`` (:func:`check_momentum_hook`) and the
+    queue against the number of images (logged, a warning:
+    :func:`warn_dataset_size`). Other models are left alone. On in
+    ``configs/_base_/default_runtime.py``.
     """
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train
@@ -266,3 +301,8 @@ class MoCoConfigCheckHook(Hook):
         check_split_batch(model, loader)
         check_sample_idx(model, loader.dataset)
         warn_without_sync_bn(model, world_size)
+        try:
+            num_images = len(unwrap_dataset(loader.dataset))
+        except TypeError:  # an iterable dataset without a length
+            return
+        warn_dataset_size(model, num_images, runner.max_iters)

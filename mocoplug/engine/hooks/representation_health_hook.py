@@ -316,7 +316,8 @@ class RepresentationHealthHook(Hook):
                 'every image to one vector: ' +
                 ('this neck has BatchNorm.' if neck_bn else
                  'this neck has none; try with_bn=True, with_last_bn=True, '
-                 'with_last_bn_affine=False (as the digits config).'))
+                 'with_last_bn_affine=False (as the folder and digits '
+                 'configs).'))
         temperature = getattr(
             getattr(model, 'head', None), 'temperature', None)
         tau = ('A very small temperature (below ~0.05) makes training '
@@ -326,8 +327,9 @@ class RepresentationHealthHook(Hook):
         return [
             bn,
             'Learning rate too high (the features blow up and then fall '
-            'onto one point) or too low for the queue to be refreshed' +
-            (f'; current {lr}.' if lr else '.'),
+            'onto one point; MoCo v2\'s 0.03 is for a total batch of 256, '
+            'scale it with the batch: auto_scale_lr) or too low for the '
+            'queue to be refreshed' + (f'; current {lr}.' if lr else '.'),
             neck,
             tau,
         ]

@@ -324,3 +324,52 @@ def test_equal_batches_only_matter_when_something_is_gathered():
             match=r"^MoCoV3 on 2 processes gathers every process's batch "
             r"\(MoCoV3's in-batch negatives \(keys of all processes\)\)"):
         check_hook.check_equal_batches(v3, loader, world_size=2)
+
+
+class Queue:
+
+    def __init__(self, size, exclude_same_instance=False):
+        self.size = size
+        self.exclude_same_instance = exclude_same_instance
+
+
+def fake_moco(queue_size, exclude=False):
+    return type('M', (), dict(queue=Queue(queue_size, exclude)))()
+
+
+@pytest.fixture
+def logged(monkeypatch, loaded):
+    """(message, level, images loaded so far) of every check message."""
+    messages = []
+    monkeypatch.setattr(
+        check_hook, 'print_log', lambda msg, **kw: messages.append(
+            (msg, kw.get('level', 20), len(loaded))))
+    return messages
+
+
+def test_a_queue_with_many_keys_of_every_image_warns_before_training(
+        tiny_moco_runner_cfg, tmp_path, logged):
+    """A queue of 48 keys over 8 images holds 6 keys of every image (the
+    rule allows 4): warned before any image is loaded; training goes on."""
+    cfg = tiny_moco_runner_cfg(tmp_path, max_iters=1)
+    cfg.train_dataloader.dataset.indices = 8
+    runner = run(cfg)
+    assert runner.iter == 1
+    assert logged == [
+        ('MoCo: 8 training images, 1 iterations, queue 48 (6.0 keys per '
+         'image).', 20, 0),
+        ('MoCo: the queue (48 keys) holds 6 keys of every one of the 8 '
+         'training images, which are negatives of their own image: set '
+         'model.queue.size to at most 4 x the number of images (32) or '
+         'model.queue.exclude_same_instance=True.', 30, 0),
+    ]
+
+
+@pytest.mark.parametrize('images, exclude, warned', [(12, False, False),
+                                                     (11, False, True),
+                                                     (11, True, False)])
+def test_queue_rule_at_most_4_keys_per_image(logged, images, exclude, warned):
+    warnings = check_hook.warn_dataset_size(
+        fake_moco(48, exclude), images, 1000)
+    assert bool(warnings) == warned
+    assert check_hook.MAX_QUEUE_KEYS_PER_IMAGE == 4
