@@ -187,6 +187,9 @@ def test_coco_mask_rcnn_c4_trains_and_tests(tiny_det_data,
     torchvision serves."""
     cfg = shrink_detection_cfg(
         Config.fromfile(COCO_C4), tiny_det_data, str(tmp_path))
+    # the res5 head runs per RoI: 32 instead of 512 (train) and 1000 (test)
+    cfg.model.train_cfg.rcnn.sampler.num = 32
+    cfg.model.test_cfg.rpn.max_per_img = 32
     path = dump(cfg, str(tmp_path / 'coco_c4.py'))
     TRAIN.main([
         path, '--cfg-options', f'pretrained={mocov2_r50_checkpoint}',
