@@ -10,7 +10,7 @@ import os
 import os.path as osp
 from collections import Counter
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import pytest
 from mmengine.config import Config
@@ -140,15 +140,14 @@ def shrink_detection_cfg(cfg: Config,
 
 
 @pytest.fixture
-def served_kernel_calls(monkeypatch) -> Counter:
-    """Calls of the mmcv kernels that mocoplug serves, by name (counted
-    where they are served, i.e. without compiled mmcv, as in CI)."""
+def served_kernel_calls(monkeypatch) -> Optional[Counter]:
+    """Calls of the mmcv kernels that mocoplug serves, by name; None where
+    compiled mmcv runs its own (the test then checks the rest only)."""
     from mocoplug.compat.mmcv_ops import SERVED, ServedOps, serve_mmcv_ops
 
     calls = Counter()
     if serve_mmcv_ops() is None:
-        pytest.skip('compiled mmcv installed: its own kernels run, not the '
-                    'served ones')
+        return None
 
     def counted(name, fn):
 

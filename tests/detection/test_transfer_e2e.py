@@ -99,6 +99,13 @@ def assert_query_encoder_loaded(state: Dict[str, torch.Tensor],
     assert sorted(used) == sorted(k for k in moco if k.startswith('backbone.'))
 
 
+def assert_kernels(calls, expected) -> None:
+    """The served kernels called are ``expected`` (nothing to check where
+    compiled mmcv ran its own)."""
+    if calls is not None:
+        assert set(calls) == expected, calls
+
+
 def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
                                         moco_state, init_states, tmp_path,
                                         monkeypatch, served_kernel_calls):
@@ -148,7 +155,7 @@ def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
     assert 'ResLayerExtraNorm loaded 60/65 tensors' in log
     assert 'missing (kept their init): norm.* (5)' in log
     assert 'BN statistics recomputed over 1 training batches' in log
-    assert set(served_kernel_calls) == set(SERVED)
+    assert_kernels(served_kernel_calls, set(SERVED))
 
 
 def test_coco_mask_rcnn_fpn_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
@@ -176,7 +183,7 @@ def test_coco_mask_rcnn_fpn_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
         # no ground-truth object is large in the 96 x 64 images
         assert metrics[f'coco/{kind}_mAP_l'] == -1.
     assert not init_states[1:]  # testing does not re-initialise
-    assert set(served_kernel_calls) == set(SERVED)
+    assert_kernels(served_kernel_calls, set(SERVED))
 
 
 def test_coco_mask_rcnn_c4_trains_and_tests(tiny_det_data,
@@ -195,13 +202,14 @@ def test_coco_mask_rcnn_c4_trains_and_tests(tiny_det_data,
         path, '--cfg-options', f'pretrained={mocov2_r50_checkpoint}',
         'val_cfg=None', 'val_dataloader=None', 'val_evaluator=None'
     ])
-    assert set(served_kernel_calls) == set(SERVED)
-    served_kernel_calls.clear()
+    assert_kernels(served_kernel_calls, set(SERVED))
+    if served_kernel_calls is not None:
+        served_kernel_calls.clear()
     metrics = TEST.main([path, str(tmp_path / 'epoch_1.pth')])
     for kind in ('bbox', 'segm'):
         assert 0. <= metrics[f'coco/{kind}_mAP_50'] <= 1.
     # testing runs RoIAlign and nms, never a backward
-    assert set(served_kernel_calls) == {'nms', 'roi_align_forward'}
+    assert_kernels(served_kernel_calls, {'nms', 'roi_align_forward'})
 
 
 def test_coco_mask_rcnn_c4_init(tiny_det_data, mocov2_r50_checkpoint,
