@@ -15,6 +15,9 @@
 5. :mod:`.mmcv_ops`: without a compiled ``mmcv._ext`` (mmcv-lite),
    torchvision serves the kernels that mmdet's detectors call (RoIAlign,
    nms), so detection needs nothing compiled.
+6. :mod:`.mmpretrain_multimodal`: mmpretrain 1.2's multimodal models do not
+   import under transformers 5, which breaks ``import mmpretrain.models``;
+   they are switched off there.
 """
 import warnings
 
@@ -23,6 +26,7 @@ from .checkpoint import (load_from_local, register_checkpoint_loader,
 from .config_package import register_config_package
 from .mmcv_hue import patch_adjust_hue
 from .mmcv_ops import serve_mmcv_ops
+from .mmpretrain_multimodal import skip_broken_multimodal
 
 
 def silence_mmcv_lite_warning() -> None:
@@ -36,12 +40,13 @@ def silence_mmcv_lite_warning() -> None:
 
 
 def apply_patches() -> None:
-    """Apply patches 1-5 (each is idempotent)."""
+    """Apply patches 1-6 (each is idempotent)."""
     register_checkpoint_loader()
     patch_adjust_hue()
     register_config_package()
     silence_mmcv_lite_warning()
     serve_mmcv_ops()
+    skip_broken_multimodal()
 
 
 apply_patches()
@@ -49,5 +54,5 @@ apply_patches()
 __all__ = [
     'apply_patches', 'load_from_local', 'patch_adjust_hue',
     'register_checkpoint_loader', 'register_config_package', 'serve_mmcv_ops',
-    'silence_mmcv_lite_warning', 'trusted_globals'
+    'silence_mmcv_lite_warning', 'skip_broken_multimodal', 'trusted_globals'
 ]

@@ -125,6 +125,10 @@ class MomentumUpdateHook(Hook):
             raise RuntimeError('MomentumUpdateHook.update() before attach()')
         if momentum < 1.0:
             torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
+            # CUDA's fused foreach kernels leave the tensors' in-place write
+            # counters as they were (CPU's per-tensor fallback bumps them);
+            # the model's missing-hook check reads those counters.
+            torch.autograd.graph.increment_version(self._target)
         self.num_updates += 1
 
     def after_train_iter(self,

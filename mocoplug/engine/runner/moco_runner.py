@@ -1,11 +1,13 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
+import logging
 from typing import Dict, Optional, Union
 
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
@@ -57,6 +59,37 @@ def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
     return cfg
 
 
+def without_fused_sgd_under_loss_scaling(optim_wrapper):
+    """The optimizer wrapper config, with a fused SGD made a foreach one
+    where an ``AmpOptimWrapper`` scales the loss.
+
+    torch's fused SGD takes over the loss scaler's overflow handling, but on
+    a step the scaler must skip (routine in the first fp16 iterations) it
+    still writes its momentum buffer, with values that were never computed:
+    the weights diverge the step after (seen on CUDA: a NaN loss at
+    iteration 4 of the R50 config with ``--amp``). Other configs are
+    returned as given.
+    """
+    if not isinstance(optim_wrapper, dict):
+        return optim_wrapper
+    kind = optim_wrapper.get('type', '')
+    kind = kind if isinstance(kind, str) else kind.__name__
+    optimizer = optim_wrapper.get('optimizer', {})
+    if not (kind.endswith('AmpOptimWrapper') and isinstance(optimizer, dict)
+            and optimizer.get('type') == 'SGD' and optimizer.get('fused')):
+        return optim_wrapper
+    print_log(
+        'optim_wrapper.optimizer.fused=True: torch\'s fused SGD writes its '
+        'momentum on the steps the AmpOptimWrapper\'s loss scaler skips, '
+        'which diverges; using foreach=True instead (bfloat16 needs no loss '
+        "scaler: optim_wrapper.type='mocoplug.BF16OptimWrapper').",
+        logger='current',
+        level=logging.WARNING)
+    optim_wrapper = copy.deepcopy(optim_wrapper)
+    optim_wrapper['optimizer'].update(fused=False, foreach=True)
+    return optim_wrapper
+
+
 @RUNNERS.register_module()
 class MoCoRunner(Runner):
     """mmengine's ``Runner``, plus what mocoplug's configs mean.
@@ -93,6 +126,8 @@ class MoCoRunner(Runner):
     - without an accelerator, a distributed run (``--launcher pytorch``)
       joins a gloo process group and wraps the model in DDP for CPU
       modules; with one, the config's backend stays (nccl by default);
+    - a fused SGD becomes a foreach one under an ``AmpOptimWrapper``
+      (:func:`without_fused_sgd_under_loss_scaling`);
     - a MoCo model's DDP never broadcasts buffers, whatever
       ``model_wrapper_cfg`` says (:func:`without_buffer_broadcast`);
     - after a run ends without an error, the process leaves the process
@@ -147,6 +182,11 @@ class MoCoRunner(Runner):
         if params is not None and uses_mmcv_ops(model):
             check_mmcv_ops_device(params.device)
         return wrapped
+
+    def build_optim_wrapper(self, optim_wrapper):
+        """mmengine's, via :func:`without_fused_sgd_under_loss_scaling`."""
+        return super().build_optim_wrapper(
+            without_fused_sgd_under_loss_scaling(optim_wrapper))
 
     @staticmethod
     def build_dataloader(dataloader: Union[DataLoader, Dict],

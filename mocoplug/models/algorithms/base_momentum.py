@@ -134,7 +134,10 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
     def check_key_encoder_moves(self) -> None:
         """Raise when an optimizer step has run (seen by :meth:`train_step`,
         or under DDP by the in-place write counters torch keeps on the
-        online parameters) but the momentum encoder was never written.
+        online parameters) but the momentum encoder was never written (its
+        counters; MomentumUpdateHook bumps them itself, as CUDA's fused
+        foreach kernels do not, and so under DDP on CUDA a foreach
+        optimizer's steps go unseen).
 
         No host sync, and no false alarm under gradient accumulation; once
         the key encoder has moved it is not checked again.

@@ -33,7 +33,12 @@ def test_update_math(on_device):
     hook.attach(model)
     q = [p.detach().clone() for p in model.online.parameters()]
     k = [p.detach().clone() for p in model.target.parameters()]
+    versions = [p._version for p in model.target.parameters()]
     hook.update(0.9)
+    # every write is visible to the model's missing-hook check, also where
+    # the fused CUDA kernel does not bump the counters itself
+    assert all(p._version > v
+               for p, v in zip(model.target.parameters(), versions))
     for p_k, old_k, p_q in zip(model.target.parameters(), k, q):
         # float64, weights |w| <= 0.58: both forms (lerp, and the sum below)
         # are within 4 x 2^-53 x 0.58 < 3e-16 of the exact value (a float32

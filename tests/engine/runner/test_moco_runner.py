@@ -27,6 +27,8 @@ from mocoplug.engine.runner.cpu_distributed import (cpu_model_wrapper_cfg,
                                                     dist_cfg_for_this_machine)
 from mocoplug.engine.runner.dataloader_options import (
     without_collate_scope, without_idle_persistent_workers)
+from mocoplug.engine.runner.moco_runner import \
+    without_fused_sgd_under_loss_scaling
 from mocoplug.utils import leave_process_group, process_group
 from ...conftest import unique_experiment_name
 from ...gloo import free_port, join_gloo_group
@@ -331,3 +333,41 @@ def test_a_momentum_model_is_wrapped_without_buffer_broadcast(tmp_path):
         run = json.loads((tmp_path / f'{rank}.json').read_text())
         assert run == dict(
             broadcast_buffers=False, keys=[float(rank)], bn=[float(rank)])
+
+
+def test_fused_sgd_becomes_foreach_under_loss_scaling():
+    cfg = dict(
+        type='AmpOptimWrapper',
+        loss_scale='dynamic',
+        optimizer=dict(type='SGD', lr=0.1, momentum=0.9, fused=True))
+    plain = dict(cfg, type='OptimWrapper')
+    assert without_fused_sgd_under_loss_scaling(plain) is plain
+    fixed = without_fused_sgd_under_loss_scaling(cfg)
+    assert cfg['optimizer']['fused'] is True  # the config is not changed
+    assert fixed['optimizer'] == dict(
+        type='SGD', lr=0.1, momentum=0.9, fused=False, foreach=True)
+
+    # what it buys: a step the scaler skips (an inf gradient) leaves the
+    # optimizer as it was, so the next step is plain SGD's first step
+    def two_steps(**kwargs):
+        param = torch.nn.Parameter(torch.linspace(-1, 1, 6))
+        opt = torch.optim.SGD([param], lr=0.1, momentum=0.9, **kwargs)
+        scaler = torch.amp.GradScaler('cpu', init_scale=2.**16)
+        for grad_scale in (float('inf'), 1.0):
+            opt.zero_grad()
+            loss = (param * torch.arange(6.) * grad_scale).sum()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if grad_scale != 1.0:
+                assert opt.state[param] == {}
+        return param.detach()
+
+    kwargs = {
+        k: v
+        for k, v in fixed['optimizer'].items() if k in ('fused', 'foreach')
+    }
+    # SGD's first step with momentum: p - lr * grad, as add(alpha=) rounds it
+    first_step = torch.linspace(-1, 1, 6).add(torch.arange(6.), alpha=-0.1)
+    assert torch.equal(two_steps(**kwargs), first_step)
+    assert torch.equal(two_steps(foreach=False), first_step)

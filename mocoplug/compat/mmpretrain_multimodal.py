@@ -1,0 +1,32 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""mmpretrain 1.2 imports its multimodal models (BLIP, ...) whenever
+transformers >= 4.28 is installed, and those modules subclass names they
+import from transformers 4 (``PreTrainedModel`` and helpers that
+transformers 5 moved): with transformers 5, ``import mmpretrain.models``
+fails with ``TypeError: NoneType takes no arguments``. No MoCo component uses
+them, so where those names do not import, mmpretrain is told multimodal is
+off and registers its placeholders instead."""
+import sys
+import warnings
+
+
+def skip_broken_multimodal() -> bool:
+    """Turn mmpretrain's ``WITH_MULTIMODAL`` off where its models would not
+    import; True when it did so. Must run before ``mmpretrain.models``."""
+    if 'mmpretrain.models' in sys.modules:
+        return False
+    from mmpretrain.utils import dependency
+    if not dependency.WITH_MULTIMODAL:
+        return False
+    try:  # what mmpretrain's BLIP imports
+        from transformers.modeling_utils import (  # noqa: F401
+            PreTrainedModel, apply_chunking_to_forward,
+            find_pruneable_heads_and_indices, prune_linear_layer)
+    except Exception as exc:  # noqa: BLE001  (any failure breaks mmpretrain)
+        dependency.WITH_MULTIMODAL = False
+        warnings.warn(
+            'mocoplug: this transformers does not provide what mmpretrain '
+            f'1.2\'s multimodal models import ({exc!r}); they are left out '
+            '(MoCo does not use them). Use transformers<5 to have them.')
+        return True
+    return False
