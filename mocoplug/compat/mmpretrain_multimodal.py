@@ -10,14 +10,14 @@ import sys
 import warnings
 
 
-def skip_broken_multimodal() -> bool:
+def skip_broken_multimodal() -> None:
     """Turn mmpretrain's ``WITH_MULTIMODAL`` off where its models would not
-    import; True when it did so. Must run before ``mmpretrain.models``."""
+    import. Must run before ``mmpretrain.models``."""
     if 'mmpretrain.models' in sys.modules:
-        return False
+        return
     from mmpretrain.utils import dependency
     if not dependency.WITH_MULTIMODAL:
-        return False
+        return
     try:  # what mmpretrain's BLIP imports
         from transformers.modeling_utils import (  # noqa: F401
             PreTrainedModel, apply_chunking_to_forward,
@@ -28,5 +28,3 @@ def skip_broken_multimodal() -> bool:
             'mocoplug: this transformers does not provide what mmpretrain '
             f'1.2\'s multimodal models import ({exc!r}); they are left out '
             '(MoCo does not use them). Use transformers<5 to have them.')
-        return True
-    return False
