@@ -13,7 +13,7 @@ datasets, so mmdet's ``VOCDataset``/``CocoDataset`` and
     ROOT/coco/annotations/instances_{train2017,val2017}.json
 
 :func:`digit_scenes` composes scenes of scikit-learn's handwritten digits
-(the detection demo, ``tools/demo.py --detection``); the detection tests
+(``tools/demo_detection.py``); the detection tests
 compose shapes (``tests/detection/tiny_detection_data.py``).
 """
 import json
