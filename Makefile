@@ -1,5 +1,6 @@
 # mocoplug: two commands on a fresh machine (see README.md).
 #   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
+#   make demo-detection   the same digits as scenes: MoCo v2, then detectors
 #   make test   set up (if needed), then run the test suite
 #   make lint   flake8, isort and yapf as configured in setup.cfg (CI runs it)
 # The set-up installs mmcv-lite (nothing to compile): with it mocoplug serves
@@ -11,7 +12,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup setup-full demo test lint clean
+.PHONY: setup setup-full demo demo-detection test lint clean
 
 LINT_PATHS := mocoplug tests tools configs setup.py
 
@@ -23,6 +24,9 @@ setup-full:
 
 demo: setup
 	$(PYTHON) tools/demo.py
+
+demo-detection: setup
+	$(PYTHON) tools/demo_detection.py
 
 test: setup
 	$(PYTHON) -m pytest tests

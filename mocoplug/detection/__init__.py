@@ -7,5 +7,8 @@ mmcv's compiled ops are not needed: without them ``import mocoplug`` has
 torchvision serve the ones the detectors call (:mod:`mocoplug.compat`).
 """
 from .precise_bn_hook import DetectionPreciseBNHook, precise_bn_stats
+from .scalable_res_layer import ScalableResLayerExtraNorm
 
-__all__ = ['DetectionPreciseBNHook', 'precise_bn_stats']
+__all__ = [
+    'DetectionPreciseBNHook', 'precise_bn_stats', 'ScalableResLayerExtraNorm'
+]

@@ -15,19 +15,22 @@ VOC2007 has ``trainval.txt`` and ``test.txt``, VOC2012 ``trainval.txt``
 only (as the real VOC2012, whose test annotations are not public). Every
 shape is drawn from its polygon (an ellipse is a 32-gon), so the COCO
 polygon is exactly the drawn region and the boxes are the polygon's bounds.
-Shapes never overlap. The output depends only on the arguments: the same
-seed gives the same files, with no download. Used by the detection tests
-(the ``tiny_det_data`` fixture of ``tests/detection/conftest.py``).
+Shapes never overlap. The writers are mocoplug's
+(:mod:`mocoplug.datasets.detection_scenes`). The output depends only on
+the arguments: the same seed gives the same files, with no download.
+Used by the detection tests (the ``tiny_det_data`` fixture of
+``tests/detection/conftest.py``).
 """
-import json
 import math
 import os
 import os.path as osp
 from typing import Dict, List, Sequence, Tuple
-from xml.etree import ElementTree as ET
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from mocoplug.datasets.detection_scenes import (Scene, write_coco_split,
+                                                write_voc_split)
 
 # Each shape is given the name of a real class of the dataset, because
 # mmdet's VOCDataset and CocoDataset keep only objects of their classes.
@@ -58,14 +61,6 @@ def shape_polygon(shape: str, box: Sequence[int]) -> Polygon:
                 for t in np.linspace(
                     0, 2 * math.pi, ELLIPSE_VERTICES, endpoint=False)]
     raise ValueError(f'unknown shape {shape!r}; expected one of {SHAPES}')
-
-
-def polygon_area(poly: Polygon) -> float:
-    """Area of a simple polygon (shoelace formula)."""
-    xs = np.array([p[0] for p in poly])
-    ys = np.array([p[1] for p in poly])
-    return float(
-        abs(np.dot(xs, np.roll(ys, -1)) - np.dot(ys, np.roll(xs, -1))) / 2)
 
 
 def _overlaps(box: Sequence[int], boxes: List[Sequence[int]],
@@ -122,123 +117,21 @@ def make_image(rng: np.random.RandomState, size: Tuple[int, int],
     return img, objects
 
 
-def _voc_xml(filename: str, size: Tuple[int, int],
-             objects: List[dict]) -> ET.ElementTree:
-    """A VOC annotation; VOC boxes are 1-based inclusive pixel indices."""
-    root = ET.Element('annotation')
-    ET.SubElement(root, 'folder').text = 'VOC'
-    ET.SubElement(root, 'filename').text = filename
-    node = ET.SubElement(root, 'size')
-    for tag, value in zip(('width', 'height', 'depth'), (*size, 3)):
-        ET.SubElement(node, tag).text = str(value)
-    ET.SubElement(root, 'segmented').text = '0'
-    for obj in objects:
-        node = ET.SubElement(root, 'object')
-        ET.SubElement(node, 'name').text = VOC_NAMES[obj['shape']]
-        ET.SubElement(node, 'pose').text = 'Unspecified'
-        ET.SubElement(node, 'truncated').text = '0'
-        ET.SubElement(node, 'difficult').text = str(obj.get('difficult', 0))
-        box = ET.SubElement(node, 'bndbox')
-        for tag, value in zip(('xmin', 'ymin', 'xmax', 'ymax'), obj['bbox']):
-            ET.SubElement(box, tag).text = str(value + 1)
-    ET.indent(root)
-    return ET.ElementTree(root)
+def _named(scenes: List[Scene], names: Dict[str, str]) -> List[Scene]:
+    """The scenes with each object named by ``names[shape]``."""
+    return [(np.asarray(img),
+             [dict(obj, name=names[obj['shape']]) for obj in objects])
+            for img, objects in scenes]
 
 
-def write_voc_year(root: str, year: str, splits: Dict[str, int],
-                   rng: np.random.RandomState, size: Tuple[int, int],
-                   max_objects: int) -> Dict[str, List[str]]:
-    """Write ``VOC{year}`` with ``splits[name]`` images in each image set.
-
-    In the ``test`` split the last object of every other image with more
-    than one object is marked ``difficult``, as VOC does for hard objects,
-    so evaluation exercises VOC's ignore rule.
-
-    Returns:
-        dict: The image ids of each split.
-    """
-    base = osp.join(root, f'VOC{year}')
-    for sub in ('Annotations', 'JPEGImages', osp.join('ImageSets', 'Main')):
-        os.makedirs(osp.join(base, sub), exist_ok=True)
-    ids: Dict[str, List[str]] = {}
-    for split, count in splits.items():
-        ids[split] = []
-        for i in range(count):
-            img_id = f'{year}_{split}_{i:04d}'
-            img, objects = make_image(rng, size, max_objects)
-            if split == 'test' and len(objects) > 1 and i % 2 == 1:
-                objects[-1]['difficult'] = 1
-            img.save(osp.join(base, 'JPEGImages', f'{img_id}.jpg'), quality=95)
-            _voc_xml(f'{img_id}.jpg', size, objects).write(
-                osp.join(base, 'Annotations', f'{img_id}.xml'))
-            ids[split].append(img_id)
-        with open(osp.join(base, 'ImageSets', 'Main', f'{split}.txt'),
-                  'w') as f:
-            f.write(''.join(f'{i}\n' for i in ids[split]))
-    return ids
-
-
-def coco_categories() -> List[dict]:
-    """All 80 COCO categories, ids 1..80 in mmdet's class order.
+def coco_categories() -> List[str]:
+    """All 80 COCO class names in mmdet's order (ids 1..80).
 
     mmdet's CocoDataset and CocoMetric map category ids to the 80 labels of
     the detector through the names, so the json lists all of them.
     """
     from mmdet.datasets import CocoDataset
-    return [
-        dict(id=i + 1, name=name, supercategory='object')
-        for i, name in enumerate(CocoDataset.METAINFO['classes'])
-    ]
-
-
-def write_coco_split(root: str, split: str, count: int,
-                     rng: np.random.RandomState, size: Tuple[int, int],
-                     max_objects: int, first_image_id: int) -> str:
-    """Write ``{split}2017/`` images and their instances json.
-
-    Returns:
-        str: The path of the annotation file.
-    """
-    img_dir = osp.join(root, f'{split}2017')
-    os.makedirs(img_dir, exist_ok=True)
-    os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
-    categories = coco_categories()
-    cat_ids = {c['name']: c['id'] for c in categories}
-    images, annotations = [], []
-    for i in range(count):
-        image_id = first_image_id + i
-        file_name = f'{image_id:012d}.jpg'
-        img, objects = make_image(rng, size, max_objects)
-        img.save(osp.join(img_dir, file_name), quality=95)
-        images.append(
-            dict(
-                id=image_id,
-                file_name=file_name,
-                width=size[0],
-                height=size[1]))
-        for obj in objects:
-            x1, y1, x2, y2 = obj['bbox']
-            annotations.append(
-                dict(
-                    id=len(annotations) + 1,
-                    image_id=image_id,
-                    category_id=cat_ids[COCO_NAMES[obj['shape']]],
-                    bbox=[x1, y1, x2 - x1 + 1, y2 - y1 + 1],
-                    area=polygon_area(obj['polygon']),
-                    # PIL fills pixel (i, j) when the point (i, j) is in
-                    # the polygon; COCO's pixel (i, j) is the square
-                    # [i, i + 1) x [j, j + 1): shift by half a pixel
-                    segmentation=[[
-                        round(c + 0.5, 2) for xy in obj['polygon'] for c in xy
-                    ]],
-                    iscrowd=0))
-    ann_file = osp.join(root, 'annotations', f'instances_{split}2017.json')
-    with open(ann_file, 'w') as f:
-        json.dump(
-            dict(
-                images=images, annotations=annotations, categories=categories),
-            f)
-    return ann_file
+    return list(CocoDataset.METAINFO['classes'])
 
 
 def make_tiny_detection_data(out_dir: str,
@@ -273,16 +166,29 @@ def make_tiny_detection_data(out_dir: str,
         raise ValueError('num_train, num_test and max_objects must be >= 1')
     rng = np.random.RandomState(seed)
     size = (int(img_size[0]), int(img_size[1]))
+
+    def scenes(num: int) -> List[Scene]:
+        return [make_image(rng, size, max_objects) for _ in range(num)]
+
     voc_root = osp.join(out_dir, 'VOCdevkit')
-    write_voc_year(voc_root, '2007', dict(trainval=num_train, test=num_test),
-                   rng, size, max_objects)
-    write_voc_year(voc_root, '2012', dict(trainval=num_train), rng, size,
-                   max_objects)
+    for year, splits in (('2007', dict(trainval=num_train, test=num_test)),
+                         ('2012', dict(trainval=num_train))):
+        for split, num in splits.items():
+            voc = _named(scenes(num), VOC_NAMES)
+            if split == 'test':
+                # the last object of every other image with more than one
+                # is "difficult", so evaluation exercises VOC's ignore rule
+                for i, (_, objects) in enumerate(voc):
+                    if len(objects) > 1 and i % 2 == 1:
+                        objects[-1]['difficult'] = 1
+            write_voc_split(voc_root, year, split, voc)
     coco_root = osp.join(out_dir, 'coco')
-    train_ann = write_coco_split(coco_root, 'train', num_train, rng, size,
-                                 max_objects, 1)
-    val_ann = write_coco_split(coco_root, 'val', num_test, rng, size,
-                               max_objects, 1 + num_train)
+    train_ann = write_coco_split(coco_root, 'train',
+                                 _named(scenes(num_train), COCO_NAMES),
+                                 coco_categories(), 1)
+    val_ann = write_coco_split(coco_root, 'val',
+                               _named(scenes(num_test), COCO_NAMES),
+                               coco_categories(), 1 + num_train)
     return dict(
         voc_root=voc_root + os.sep,
         coco_root=coco_root + os.sep,

@@ -1,0 +1,234 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Write composed scenes as PASCAL VOC and COCO detection datasets.
+
+A scene is an RGB image (HWC uint8) and its objects, each a dict with
+``name`` (the class name written to the annotation), ``bbox`` (inclusive
+0-based pixel bounds x1, y1, x2, y2) and, for COCO, either ``polygon``
+(float vertices) or ``mask`` (HxW bool). The files are laid out as the real
+datasets, so mmdet's ``VOCDataset``/``CocoDataset`` and
+``VOCMetric``/``CocoMetric`` read them unchanged::
+
+    ROOT/VOCdevkit/VOC2007/{Annotations,JPEGImages,ImageSets/Main}/
+    ROOT/coco/{train2017,val2017}/*.jpg
+    ROOT/coco/annotations/instances_{train2017,val2017}.json
+
+:func:`digit_scenes` composes scenes of scikit-learn's handwritten digits
+(``tools/demo_detection.py``); the detection tests
+compose shapes (``tests/detection/tiny_detection_data.py``).
+"""
+import json
+import os
+import os.path as osp
+from typing import List, Optional, Sequence, Tuple
+from xml.etree import ElementTree as ET
+
+import numpy as np
+from PIL import Image
+
+Scene = Tuple[np.ndarray, List[dict]]
+
+
+def _voc_xml(filename: str, size: Tuple[int, int],
+             objects: List[dict]) -> ET.ElementTree:
+    """A VOC annotation; VOC boxes are 1-based inclusive pixel indices."""
+    root = ET.Element('annotation')
+    ET.SubElement(root, 'folder').text = 'VOC'
+    ET.SubElement(root, 'filename').text = filename
+    node = ET.SubElement(root, 'size')
+    for tag, value in zip(('width', 'height', 'depth'), (*size, 3)):
+        ET.SubElement(node, tag).text = str(value)
+    ET.SubElement(root, 'segmented').text = '0'
+    for obj in objects:
+        node = ET.SubElement(root, 'object')
+        ET.SubElement(node, 'name').text = obj['name']
+        ET.SubElement(node, 'pose').text = 'Unspecified'
+        ET.SubElement(node, 'truncated').text = '0'
+        ET.SubElement(node, 'difficult').text = str(obj.get('difficult', 0))
+        box = ET.SubElement(node, 'bndbox')
+        for tag, value in zip(('xmin', 'ymin', 'xmax', 'ymax'), obj['bbox']):
+            ET.SubElement(box, tag).text = str(value + 1)
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_voc_split(root: str, year: str, split: str,
+                    scenes: List[Scene]) -> List[str]:
+    """Write ``scenes`` as image set ``split`` of ``root/VOC{year}``.
+
+    Returns:
+        list[str]: The image ids, ``{year}_{split}_{index:04d}``.
+    """
+    base = osp.join(root, f'VOC{year}')
+    for sub in ('Annotations', 'JPEGImages', osp.join('ImageSets', 'Main')):
+        os.makedirs(osp.join(base, sub), exist_ok=True)
+    ids = []
+    for i, (img, objects) in enumerate(scenes):
+        img_id = f'{year}_{split}_{i:04d}'
+        name = f'{img_id}.jpg'
+        Image.fromarray(img).save(
+            osp.join(base, 'JPEGImages', name), quality=95)
+        _voc_xml(name, (img.shape[1], img.shape[0]), objects).write(
+            osp.join(base, 'Annotations', f'{img_id}.xml'))
+        ids.append(img_id)
+    with open(osp.join(base, 'ImageSets', 'Main', f'{split}.txt'), 'w') as f:
+        f.write(''.join(f'{i}\n' for i in ids))
+    return ids
+
+
+def polygon_area(poly: Sequence[Tuple[float, float]]) -> float:
+    """Area of a simple polygon (shoelace formula)."""
+    xs = np.array([p[0] for p in poly])
+    ys = np.array([p[1] for p in poly])
+    return float(
+        abs(np.dot(xs, np.roll(ys, -1)) - np.dot(ys, np.roll(xs, -1))) / 2)
+
+
+def _segmentation(obj: dict) -> Tuple[object, float]:
+    """COCO ``segmentation`` and ``area`` of an object."""
+    if 'polygon' in obj:
+        # PIL fills pixel (i, j) when the point (i, j) is in the polygon;
+        # COCO's pixel (i, j) is the square [i, i + 1) x [j, j + 1): shift
+        # by half a pixel
+        return [[round(c + 0.5, 2) for xy in obj['polygon']
+                 for c in xy]], polygon_area(obj['polygon'])
+    from pycocotools import mask as mask_utils
+    rle = mask_utils.encode(np.asfortranarray(obj['mask'].astype(np.uint8)))
+    return dict(
+        size=rle['size'],
+        counts=rle['counts'].decode()), float(obj['mask'].sum())
+
+
+def write_coco_split(root: str,
+                     split: str,
+                     scenes: List[Scene],
+                     class_names: Sequence[str],
+                     first_image_id: int = 1) -> str:
+    """Write ``scenes`` as ``root/{split}2017/`` and its instances json.
+
+    Args:
+        root (str): The COCO root.
+        split (str): ``'train'`` or ``'val'``.
+        scenes (list): The scenes; objects carry ``polygon`` or ``mask``.
+        class_names (Sequence[str]): The categories, ids 1, 2, ... in this
+            order (mmdet maps them to labels by name).
+        first_image_id (int): Id of the first image. Defaults to 1.
+
+    Returns:
+        str: The path of the annotation file.
+    """
+    img_dir = osp.join(root, f'{split}2017')
+    os.makedirs(img_dir, exist_ok=True)
+    os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
+    categories = [
+        dict(id=i + 1, name=name, supercategory='object')
+        for i, name in enumerate(class_names)
+    ]
+    cat_ids = {c['name']: c['id'] for c in categories}
+    images, annotations = [], []
+    for i, (img, objects) in enumerate(scenes):
+        image_id = first_image_id + i
+        file_name = f'{image_id:012d}.jpg'
+        Image.fromarray(img).save(osp.join(img_dir, file_name), quality=95)
+        images.append(
+            dict(
+                id=image_id,
+                file_name=file_name,
+                width=img.shape[1],
+                height=img.shape[0]))
+        for obj in objects:
+            x1, y1, x2, y2 = obj['bbox']
+            segmentation, area = _segmentation(obj)
+            annotations.append(
+                dict(
+                    id=len(annotations) + 1,
+                    image_id=image_id,
+                    category_id=cat_ids[obj['name']],
+                    bbox=[x1, y1, x2 - x1 + 1, y2 - y1 + 1],
+                    area=area,
+                    segmentation=segmentation,
+                    iscrowd=0))
+    ann_file = osp.join(root, 'annotations', f'instances_{split}2017.json')
+    with open(ann_file, 'w') as f:
+        json.dump(
+            dict(
+                images=images, annotations=annotations, categories=categories),
+            f)
+    return ann_file
+
+
+def digit_scenes(split: str,
+                 num: int,
+                 seed: int,
+                 size: int = 64,
+                 digit_sizes: Tuple[int, int] = (16, 32),
+                 max_objects: int = 3,
+                 threshold: int = 64,
+                 indices: Optional[np.ndarray] = None) -> List[Scene]:
+    """Scenes of 1 to ``max_objects`` handwritten digits on black.
+
+    The digits come from :class:`DigitsDataset`'s fixed split ``split``
+    (train scenes never hold a held-out digit), scaled to a random side in
+    ``digit_sizes`` and placed without overlap. An object is named by its
+    digit ('0'..'9') and carries its index in scikit-learn's digits
+    (``digit``); its mask is the stroke (pixels above ``threshold``) and its
+    box the mask's bounds.
+
+    Args:
+        split (str): ``'train'`` or ``'test'`` digits.
+        num (int): Number of scenes.
+        seed (int): Seed of the composition.
+        size (int): Side of the square scenes. Defaults to 64.
+        digit_sizes (tuple[int, int]): Smallest and largest digit side.
+            Defaults to (16, 32).
+        max_objects (int): Most digits per scene. Defaults to 3.
+        threshold (int): Stroke threshold of the masks (of 255).
+            Defaults to 64.
+        indices (np.ndarray, optional): Positions in the split to draw the
+            digits from (e.g. to keep a validation part aside). Defaults to
+            all.
+
+    Returns:
+        list[tuple]: ``(image, objects)`` per scene.
+    """
+    from .digits import DigitsDataset
+    digits = DigitsDataset(split=split, img_size=8, lazy_init=True)
+    digits.full_init()
+    pool = np.arange(len(digits)) if indices is None else np.asarray(indices)
+    rng = np.random.RandomState(seed)
+    scenes = []
+    for _ in range(num):
+        img = np.zeros((size, size), np.uint8)
+        objects, boxes = [], []
+        for _ in range(int(rng.randint(1, max_objects + 1))):
+            side = int(rng.randint(digit_sizes[0], digit_sizes[1] + 1))
+            for _attempt in range(50):
+                x, y = rng.randint(0, size - side + 1, size=2)
+                box = (x, y, x + side - 1, y + side - 1)
+                if not any(box[0] <= b[2] + 1 and b[0] <= box[2] +
+                           1 and box[1] <= b[3] + 1 and b[1] <= box[3] + 1
+                           for b in boxes):
+                    break
+            else:
+                continue
+            info = digits.get_data_info(int(rng.choice(pool)))
+            patch = np.asarray(
+                Image.fromarray(info['img'][..., 0]).resize((side, side),
+                                                            Image.BILINEAR))
+            mask = np.zeros((size, size), bool)
+            mask[y:y + side, x:x + side] = patch > threshold
+            img[y:y + side, x:x + side] = patch
+            ys, xs = np.nonzero(mask)
+            boxes.append(box)
+            objects.append(
+                dict(
+                    name=str(info['gt_label']),
+                    digit=info['digits_index'],
+                    bbox=[
+                        int(xs.min()),
+                        int(ys.min()),
+                        int(xs.max()),
+                        int(ys.max())
+                    ],
+                    mask=mask))
+        scenes.append((np.repeat(img[..., None], 3, axis=2), objects))
+    return scenes

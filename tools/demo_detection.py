@@ -1,0 +1,566 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""The detection demo: MoCo v2 pretraining without labels, then Faster
+R-CNN and Mask R-CNN (C4) fine-tuned on a few labelled scenes, on embedded
+real data (scikit-learn's handwritten digits composed into scenes).
+
+1. Write scenes of 1-3 digits (mocoplug.datasets.detection_scenes): the
+   unlabelled scenes and their labelled subsets from the 1258 training
+   digits, validation scenes from the training digits too, test scenes
+   from the 539 held-out digits; as PASCAL VOC (boxes) and COCO (boxes,
+   masks from the strokes).
+2. Pretrain one slim ResNet-18 with MoCo v2 on the unlabelled scenes, and,
+   as the paper's reference row, the same backbone with labels on the
+   training digits.
+3. Fine-tune the shipped C4 configs, scaled down for CPU
+   (``scaled_detection_cfg``), from (a) random init, (b) MoCo and (c) the
+   supervised backbone (at the smaller label budget), per seed; VOC AP50
+   and COCO box/mask AP on the test scenes (``--val``: on the validation
+   scenes, where the settings were chosen).
+4. Print the table; write results.json and results.png (bars, and the
+   detections of (a) and (b) on the same test scenes).
+
+    python tools/demo_detection.py [--work-dir work_dirs/demo_detection]
+        [--seeds 0 1 2] [--budgets 32 128] [--iters 200] [--workers 2]
+
+The runs are independent and go to ``--workers`` single-threaded processes.
+"""
+import argparse
+import contextlib
+import copy
+import json
+import multiprocessing
+import os
+import os.path as osp
+import time
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DET = osp.join(ROOT, 'configs', 'detection')
+VOC_C4 = osp.join(DET, 'faster-rcnn_r50-c4_syncbn-ms-24k_voc0712.py')
+COCO_C4 = osp.join(DET, 'mask-rcnn_r50-c4_syncbn-ms-1x_coco.py')
+MOCO = osp.join(ROOT, 'configs', 'mocov2',
+                'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+CLASSES = tuple(str(i) for i in range(10))
+# ResNet-18 at a quarter of the width, initialised as the shipped MoCo v2
+# configs (zero_init_residual=False, torchvision's ResNet in the official
+# code); the detectors' res5 head is its layer4.
+BACKBONE = dict(depth=18, base_channels=16)
+SCENE = 64  # scene side (px); the detectors see it at 96 (test scale)
+TEST_SCALE = 96
+FIGURE_SCENES = 4
+
+
+def write_scenes(root: str, budgets: List[int], num_unlabelled: int,
+                 num_val: int, num_test: int) -> Dict[str, str]:
+    """Write the scenes; return the data roots and the unlabelled folder."""
+    from PIL import Image
+
+    from mocoplug.datasets.detection_scenes import (digit_scenes,
+                                                    write_coco_split,
+                                                    write_voc_split)
+    voc, coco = osp.join(root, 'VOCdevkit'), osp.join(root, 'coco')
+    unlabelled = digit_scenes('train', num_unlabelled, seed=0, size=SCENE)
+    folder = osp.join(root, 'unlabelled')
+    os.makedirs(folder, exist_ok=True)
+    for i, (img, _) in enumerate(unlabelled):
+        Image.fromarray(img).save(osp.join(folder, f'{i:05d}.png'))
+    for budget in budgets:  # labelled: the first of the unlabelled scenes
+        write_voc_split(voc, '2007', f'train{budget}', unlabelled[:budget])
+    held = dict(
+        val=digit_scenes('train', num_val, seed=1, size=SCENE),
+        test=digit_scenes('test', num_test, seed=2, size=SCENE))
+    for split, scenes in held.items():
+        write_voc_split(voc, '2007', split, scenes)
+        write_coco_split(coco, split, scenes, CLASSES, 100000)
+    write_coco_split(coco, 'train', unlabelled[:max(budgets)], CLASSES, 1)
+    return dict(voc=voc + os.sep, coco=coco + os.sep, folder=folder)
+
+
+def _walk(node, fn) -> None:
+    if isinstance(node, dict):
+        fn(node)
+        for value in node.values():
+            _walk(value, fn)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            _walk(value, fn)
+
+
+def scaled_detection_cfg(path: str,
+                         data_root: str,
+                         work_dir: str,
+                         iters: int,
+                         budget: int,
+                         split: str = 'test',
+                         rois: int = 16,
+                         batch_size: int = 4):
+    """A shipped C4 detection config scaled down for a CPU demo.
+
+    Scaled: the backbone (``BACKBONE``, res5 as
+    ``ScalableResLayerExtraNorm``), the image scales (test 96 px instead of
+    800, train shorter side 64-96 instead of 480/640-800), RoIAlign 7 (14),
+    ``rois`` sampled RoIs per image (512), the proposals (train 300/100,
+    test 300/50 instead of 12000/2000 and 6000/1000), the schedule
+    (``iters`` iterations of ``batch_size`` images at the shipped lr 0.02,
+    steps at the shipped fractions, a tenth of warm-up), PreciseBN over 20
+    batches (200), BN for SyncBN (one process), VOC AP at IoU 0.5 only.
+    Data: the first ``budget`` labelled scenes, evaluated on ``split``.
+    Everything else as shipped.
+    """
+    from mmengine.config import Config
+    cfg = Config.fromfile(path)
+    coco = 'coco' in osp.basename(path)
+
+    def fix(node: dict) -> None:
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+        if node.get('type') == 'RandomChoiceResize':
+            node['scales'] = [(TEST_SCALE * 2, s)
+                              for s in range(SCENE, TEST_SCALE + 1, 8)]
+        if node.get('type') == 'Resize':
+            node['scale'] = (TEST_SCALE * 2, TEST_SCALE)
+
+    _walk(cfg.model, fix)
+    m = cfg.model
+    c4 = BACKBONE['base_channels'] * 4  # BasicBlock: expansion 1
+    m.backbone.update(BACKBONE, stem_channels=BACKBONE['base_channels'])
+    m.roi_head.shared_head.update(type='ScalableResLayerExtraNorm', **BACKBONE)
+    m.rpn_head.update(in_channels=c4, feat_channels=c4)
+    m.roi_head.bbox_roi_extractor.update(
+        out_channels=c4,
+        roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0))
+    m.roi_head.bbox_head.update(
+        in_channels=c4 * 2, roi_feat_size=4, num_classes=len(CLASSES))
+    if 'mask_head' in m.roi_head:
+        m.roi_head.mask_head.update(
+            in_channels=c4 * 2, conv_out_channels=c4, num_classes=len(CLASSES))
+        m.train_cfg.rcnn.mask_size = 8
+    m.train_cfg.rcnn.sampler.num = rois
+    m.train_cfg.rpn_proposal.update(nms_pre=300, max_per_img=100)
+    m.test_cfg.rpn.update(nms_pre=300, max_per_img=50)
+
+    for key in ('train_dataloader', 'val_dataloader', 'val_evaluator'):
+        _walk(cfg[key], fix)
+    if not coco:  # the demo reports AP50 (AP50:95 takes 5 s more a run)
+        cfg.val_evaluator.iou_thrs = [0.5]
+    metainfo = dict(classes=CLASSES)
+    train, test = cfg.train_dataloader, cfg.val_dataloader
+    if coco:
+        train.dataset.update(
+            data_root=data_root,
+            metainfo=metainfo,
+            data_prefix=dict(img='train2017/'),
+            indices=budget)
+        test.dataset.update(
+            data_root=data_root,
+            metainfo=metainfo,
+            ann_file=f'annotations/instances_{split}2017.json',
+            data_prefix=dict(img=f'{split}2017/'))
+        cfg.val_evaluator.ann_file = osp.join(
+            data_root, f'annotations/instances_{split}2017.json')
+    else:
+        train.dataset = dict(
+            train.dataset.datasets[0],
+            data_root=data_root,
+            metainfo=metainfo,
+            ann_file=f'VOC2007/ImageSets/Main/train{budget}.txt')
+        test.dataset.update(
+            data_root=data_root,
+            metainfo=metainfo,
+            ann_file=f'VOC2007/ImageSets/Main/{split}.txt')
+    for loader in (train, test):
+        loader.update(num_workers=0, persistent_workers=False)
+    train.batch_size = batch_size
+    cfg.test_dataloader, cfg.test_evaluator = test, cfg.val_evaluator
+    cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
+    steps = (8 / 12, 11 / 12) if coco else (18 / 24, 22 / 24)
+    cfg.optim_wrapper.optimizer.lr = 0.02
+    cfg.param_scheduler = [
+        dict(
+            type='LinearLR',
+            start_factor=0.001,
+            by_epoch=False,
+            begin=0,
+            end=max(1, iters // 10)),
+        dict(
+            type='MultiStepLR',
+            begin=0,
+            end=iters,
+            by_epoch=False,
+            milestones=[int(iters * s) for s in steps],
+            gamma=0.1)
+    ]
+    for hook in cfg.custom_hooks:
+        if hook.type == 'DetectionPreciseBNHook':
+            hook.update(num_iters=min(20, iters), interval=iters)
+    cfg.default_hooks.checkpoint = dict(
+        type='CheckpointHook', interval=iters, by_epoch=False, save_last=False)
+    cfg.default_hooks.logger = dict(type='LoggerHook', interval=50)
+    cfg.log_processor = dict(by_epoch=False)
+    cfg.work_dir = work_dir
+    cfg.log_level = 'INFO'  # to the run's log file
+    return cfg
+
+
+def moco_cfg(folder: str, work_dir: str, epochs: int):
+    """MoCo v2 on the unlabelled scenes (64 px, whole): the digits
+    config's recipe (BN projection neck, SplitBN, tau 0.2, the digits'
+    views, m 0.99) with ``BACKBONE``, K 512 (about the number of scenes)
+    and lr 0.03 (MoCo v2's, for batch 256: more than the batch's 0.0075
+    learnt faster in this short run)."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(MOCO)
+    cfg.model.backbone = dict(
+        type='ResNet',
+        stem_channels=BACKBONE['base_channels'],
+        zero_init_residual=False,
+        **BACKBONE)
+    cfg.model.neck.in_channels = BACKBONE['base_channels'] * 8
+    cfg.model.queue.size = 512
+    cfg.optim_wrapper.optimizer.lr = 0.03
+    view = [dict(type='Resize', scale=(SCENE, SCENE))] + cfg.view_pipeline
+    cfg.train_dataloader.dataset = dict(
+        type='CustomDataset',  # the scenes as a folder
+        data_root=folder,
+        with_label=False,
+        pipeline=[
+            dict(type='LoadImageFromFile'),
+            dict(type='MultiView', num_views=2, transforms=[view]),
+            dict(type='PackInputs')
+        ])
+    cfg.custom_hooks = [
+        h for h in cfg.custom_hooks if h.type != 'KNNMonitorHook'
+    ]
+    cfg.param_scheduler[0].update(T_max=epochs, end=epochs)
+    cfg.train_cfg.max_epochs = epochs
+    cfg.default_hooks.checkpoint.interval = epochs
+    cfg.work_dir = work_dir
+    cfg.log_level = 'WARNING'
+    return cfg
+
+
+def supervised_cfg(work_dir: str, epochs: int):
+    """The same backbone trained with the labels of the 1258 training
+    digits (40 px: the digits' size in the scenes at test scale) and the
+    MoCo views: the paper's 'supervised pretraining' row."""
+    from mmengine.config import Config
+    moco = Config.fromfile(MOCO)
+    digits = dict(type='mocoplug.DigitsDataset', img_size=40)
+    loader = dict(
+        batch_size=64,
+        num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=True),
+        collate_fn=dict(type='default_collate'))
+    return Config(
+        dict(
+            default_scope='mmpretrain',
+            model=dict(
+                type='ImageClassifier',
+                data_preprocessor=dict(
+                    moco.data_preprocessor,
+                    type='ClsDataPreprocessor',
+                    num_classes=10),
+                backbone=dict(
+                    type='ResNet',
+                    stem_channels=BACKBONE['base_channels'],
+                    zero_init_residual=False,
+                    **BACKBONE),
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(
+                    type='LinearClsHead',
+                    num_classes=10,
+                    in_channels=BACKBONE['base_channels'] * 8)),
+            train_dataloader=dict(
+                loader,
+                dataset=dict(
+                    digits,
+                    split='train',
+                    pipeline=moco.view_pipeline + [dict(type='PackInputs')])),
+            optim_wrapper=dict(
+                optimizer=dict(
+                    type='SGD', lr=0.1, momentum=0.9, weight_decay=1e-4)),
+            param_scheduler=[
+                dict(type='CosineAnnealingLR', T_max=epochs, by_epoch=True)
+            ],
+            train_cfg=dict(by_epoch=True, max_epochs=epochs),
+            default_hooks=dict(
+                checkpoint=dict(type='CheckpointHook', interval=epochs)),
+            randomness=dict(seed=0),
+            work_dir=work_dir,
+            log_level='WARNING'))
+
+
+def _worker_init() -> None:
+    """One thread per worker; the configs' ``custom_imports`` (a config
+    passed to a worker does not import them again)."""
+    import torch
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():  # the stack's import-time warnings
+        warnings.simplefilter('ignore')
+        import mocoplug.detection  # noqa: F401
+
+
+def pretrain(kind: str,
+             work_dir: str,
+             epochs: int,
+             folder: Optional[str] = None) -> Tuple[str, float]:
+    """Train ``kind`` ('moco' or 'supervised'); return the checkpoint and
+    the seconds it took."""
+    from mmengine.registry import RUNNERS
+    started = time.time()
+    cfg = (
+        moco_cfg(folder, work_dir, epochs)
+        if kind == 'moco' else supervised_cfg(work_dir, epochs))
+    os.makedirs(work_dir, exist_ok=True)
+    with open(osp.join(work_dir, 'run.log'), 'w') as log, \
+            contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        RUNNERS.build(cfg).train()
+    return osp.join(work_dir, f'epoch_{epochs}.pth'), time.time() - started
+
+
+def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
+             figure_images: List[str]) -> Tuple[Dict, list, float]:
+    """Train ``cfg`` with ``seed`` from ``pretrained`` (None: random init)
+    in ``{work_dir}/{name}-{seed}``; return the test metrics, the
+    detections (score >= 0.3) on ``figure_images`` and the seconds it
+    took. The output goes to ``run.log`` there."""
+    from mmdet.apis import inference_detector
+    from mmengine.registry import RUNNERS
+    started = time.time()
+    cfg = copy.deepcopy(cfg)
+    cfg.randomness = dict(seed=seed)
+    cfg.pretrained = pretrained
+    if pretrained is None:
+        _walk(
+            cfg.model, lambda n: n.get('init_cfg', {}).get('type') ==
+            'Pretrained' and n.pop('init_cfg'))
+    cfg.work_dir = osp.join(cfg.work_dir, f'{name}-{seed}')
+    os.makedirs(cfg.work_dir, exist_ok=True)
+    with open(osp.join(cfg.work_dir, 'run.log'), 'w') as log, \
+            contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        runner = RUNNERS.build(cfg)
+        runner.train()
+        metrics = runner.test()
+        runner.model.cfg = cfg
+        results = inference_detector(runner.model, figure_images)
+    detections = []
+    for result in results:
+        pred = result.pred_instances
+        pred = pred[pred.scores.argsort(descending=True)[:3]]
+        detections.append([
+            (box.tolist(), int(label), float(score))
+            for box, label, score in zip(pred.bboxes, pred.labels, pred.scores)
+        ])
+    return metrics, detections, time.time() - started
+
+
+# (name, config, metrics shown, label budgets)
+TASKS = (('Faster R-CNN C4 (VOC)', VOC_C4, ('pascal_voc/AP50', ), 'voc'),
+         ('Mask R-CNN C4 (COCO)', COCO_C4, ('coco/bbox_mAP', 'coco/segm_mAP'),
+          'coco'))
+INITS = ('random init', 'MoCo v2', 'supervised')
+INIT_DIRS = dict(zip(INITS, ('random', 'moco', 'supervised')))
+
+
+def _order(item: tuple) -> tuple:
+    """Sort key of a result (task, budget, metric as in TASKS)."""
+    task, budget, metric = item[0].split(', ')
+    names = [t[0] for t in TASKS]
+    return names.index(task), int(budget.split()[0]), metric
+
+
+def summary_table(results: Dict[str, Dict[str, List[float]]],
+                  seeds: List[int]) -> str:
+    """One line per (metric, budget), one column per init."""
+    lines = [
+        f'{"":<44}' + ''.join(f'{init:>17}' for init in INITS),
+    ]
+    for key, per_init in results.items():
+        cells = []
+        for init in INITS:
+            values = np.array(per_init.get(init, [])) * 100
+            cells.append(f'{values.mean():8.1f} ± {values.std(ddof=1):4.1f}'
+                         if len(values) > 1 else (
+                             f'{values[0]:8.1f}' if len(values) else '-'))
+        lines.append(f'{key:<44}' + ''.join(f'{c:>17}' for c in cells))
+    lines.append(f'(mean ± standard deviation over seeds {seeds}, x 100)')
+    return '\n'.join(lines)
+
+
+def figure(results: Dict[str, Dict[str, List[float]]], images: List[str],
+           detections: Dict[str, list], path: str) -> str:
+    """Bars of every metric, then the detections of random init and MoCo
+    on the same test scenes."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from mocoplug.visualization.results_figure import draw_bar_table
+    cols = max(len(images), 2)
+    fig = plt.figure(figsize=(3 * cols, 9.5))
+    grid = fig.add_gridspec(3, cols, height_ratios=(1.6, 1, 1))
+    table = {init: {} for init in INITS}
+    for key, per_init in results.items():
+        task, budget, metric = key.split(', ')
+        for init, values in per_init.items():
+            table[init][f'{task.split(" (")[0]}\n{budget}\n{metric}'] = (
+                np.mean(values) * 100,
+                np.std(values, ddof=1) * 100 if len(values) > 1 else 0)
+    ax = fig.add_subplot(grid[0, :])
+    draw_bar_table(ax, table,
+                   'fine-tuned on a few labelled scenes, held-out digits',
+                   'AP x 100')
+    ax.set_ylim(
+        0, 1.4 * max(m + e for row in table.values() for m, e in row.values()))
+    for row, init in enumerate(('random init', 'MoCo v2'), start=1):
+        for col, image in enumerate(images):
+            ax = fig.add_subplot(grid[row, col])
+            ax.imshow(Image.open(image))
+            for (x1, y1, x2, y2), label, score in detections[init][col]:
+                ax.add_patch(
+                    plt.Rectangle((x1, y1),
+                                  x2 - x1,
+                                  y2 - y1,
+                                  fill=False,
+                                  color='lime' if row == 2 else 'orange'))
+                ax.text(
+                    x1,
+                    y1,
+                    f'{CLASSES[label]} {score:.1f}',
+                    fontsize=7,
+                    color='yellow',
+                    va='bottom')
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col == 0:
+                ax.set_ylabel(init)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--work-dir', default='work_dirs/demo_detection')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--budgets', type=int, nargs='+', default=[32, 128])
+    parser.add_argument('--iters', type=int, default=200)
+    parser.add_argument('--pretrain-epochs', type=int, default=12)
+    parser.add_argument('--supervised-epochs', type=int, default=5)
+    parser.add_argument('--unlabelled', type=int, default=512)
+    parser.add_argument(
+        '--scenes',
+        type=int,
+        default=100,
+        help='validation and test scenes (each)')
+    parser.add_argument(
+        '--val', action='store_true', help='evaluate on the validation scenes')
+    parser.add_argument('--workers', type=int, default=2)
+    args = parser.parse_args(argv)
+    wd = osp.abspath(args.work_dir)
+    started = time.time()
+    budgets = sorted(args.budgets)
+    split = 'val' if args.val else 'test'
+    data = write_scenes(
+        osp.join(wd, 'data'), budgets, args.unlabelled, args.scenes,
+        args.scenes)
+    images = [
+        osp.join(data['voc'], 'VOC2007', 'JPEGImages',
+                 f'2007_{split}_{i:04d}.jpg') for i in range(FIGURE_SCENES)
+    ]
+    print(f'scenes written ({time.time() - started:.0f} s)', flush=True)
+    detections, seconds = {}, {}
+    pool = ProcessPoolExecutor(
+        args.workers,
+        mp_context=multiprocessing.get_context('spawn'),
+        initializer=_worker_init)
+    runs = []  # the longest (Mask R-CNN) first, so that no worker idles
+    for task, config, keys, fmt in reversed(TASKS):
+        # Mask R-CNN at the larger budget only, (c) at the smaller only
+        for budget in budgets if fmt == 'voc' else budgets[-1:]:
+            cfg = scaled_detection_cfg(config, data[fmt],
+                                       osp.join(wd, f'{fmt}{budget}'),
+                                       args.iters, budget, split)
+            for init in INITS:
+                if init != 'supervised' or (fmt, budget) == ('voc',
+                                                             budgets[0]):
+                    runs += [(task, budget, keys, init, seed, cfg)
+                             for seed in args.seeds]
+    per_seed: Dict[str, Dict[str, Dict[int, float]]] = {}
+    with pool:
+        # the random-init runs start while the backbones pretrain
+        moco = pool.submit(pretrain, 'moco', osp.join(wd, 'moco'),
+                           args.pretrain_epochs, data['folder'])
+        supervised = pool.submit(pretrain, 'supervised',
+                                 osp.join(wd, 'supervised'),
+                                 args.supervised_epochs)
+        pending = {moco: 'MoCo v2', supervised: 'supervised'}
+
+        def submit(init: str, checkpoint: Optional[str]) -> None:
+            for run in runs:
+                if run[3] == init:
+                    pending[pool.submit(finetune, run[5], INIT_DIRS[init],
+                                        run[4], checkpoint, images)] = run
+
+        submit('random init', None)
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                item = pending.pop(future)
+                if isinstance(item, str):  # a pretraining
+                    checkpoint, seconds[f'pretrain {item}'] = future.result()
+                    print(
+                        f'{item} pretrained ({time.time() - started:.0f} s)',
+                        flush=True)
+                    submit(item, checkpoint)
+                    continue
+                task, budget, keys, init, seed, _ = item
+                metrics, dets, took = future.result()
+                for key in keys:
+                    name = f'{task}, {budget} labelled, {key.split("/")[1]}'
+                    per_seed.setdefault(name,
+                                        {}).setdefault(init,
+                                                       {})[seed] = metrics[key]
+                if (seed, budget, task) == (args.seeds[0], budgets[-1],
+                                            TASKS[0][0]):
+                    detections[init] = dets
+                print(
+                    f'{task}, {budget} labelled, {init}, seed {seed}: ' +
+                    ', '.join(f'{k} {metrics[k] * 100:.1f}' for k in keys) +
+                    f' ({took:.0f} s; {time.time() - started:.0f} s)',
+                    flush=True)
+    results = {
+        name: {
+            init: [values[seed] for seed in args.seeds]
+            for init, values in per_init.items()
+        }
+        for name, per_init in sorted(per_seed.items(), key=_order)
+    }
+    table = summary_table(results, args.seeds)
+    print('\n' + table)
+    elapsed = time.time() - started
+    path = figure(results, images, detections, osp.join(wd, 'results.png'))
+    with open(osp.join(wd, 'results.json'), 'w') as f:
+        json.dump(
+            dict(
+                results=results,
+                seeds=args.seeds,
+                split=split,
+                args=vars(args),
+                seconds=dict(seconds, total=round(elapsed, 1))),
+            f,
+            indent=1)
+    print(f'\n{split} scenes; {elapsed:.0f} s; {path}; '
+          f'{osp.join(wd, "results.json")}')
+    return results
+
+
+if __name__ == '__main__':
+    main()
