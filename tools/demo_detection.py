@@ -464,6 +464,10 @@ def main(argv=None):
         '--val', action='store_true', help='evaluate on the validation scenes')
     parser.add_argument('--workers', type=int, default=2)
     args = parser.parse_args(argv)
+    if max(args.budgets) > args.unlabelled:
+        parser.error(f'--budgets: the labelled scenes are the first of the '
+                     f'--unlabelled {args.unlabelled}; a budget of '
+                     f'{max(args.budgets)} needs --unlabelled >= that')
     wd = osp.abspath(args.work_dir)
     started = time.time()
     budgets = sorted(args.budgets)

@@ -61,6 +61,12 @@ def test_scaled_configs_change_only_the_stated_sizes(demo, tmp_path):
     assert supervised.model.backbone == moco.model.backbone
 
 
+def test_a_budget_above_the_unlabelled_scenes_is_refused(demo, capsys):
+    with pytest.raises(SystemExit):
+        demo.main(['--budgets', '32', '600', '--unlabelled', '512'])
+    assert '--unlabelled >= that' in capsys.readouterr().err
+
+
 def test_demo_pipeline_end_to_end(demo, tmp_path):
     seeds, budgets = [0], [4, 8]
     results = demo.main([
