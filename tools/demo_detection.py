@@ -198,8 +198,7 @@ def scaled_detection_cfg(path: str,
     for hook in cfg.custom_hooks:
         if hook.type == 'DetectionPreciseBNHook':
             hook.update(num_iters=min(20, iters), interval=iters)
-    cfg.default_hooks.checkpoint = dict(
-        type='CheckpointHook', interval=iters, by_epoch=False, save_last=False)
+    cfg.default_hooks.checkpoint = None  # the demo keeps no detector
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=50)
     cfg.log_processor = dict(by_epoch=False)
     cfg.work_dir = work_dir
@@ -472,6 +471,14 @@ def main(argv=None):
     started = time.time()
     budgets = sorted(args.budgets)
     split = 'val' if args.val else 'test'
+    pool = ProcessPoolExecutor(
+        args.workers,
+        mp_context=multiprocessing.get_context('spawn'),
+        initializer=_worker_init)
+    # needs no scenes: trains while they are written
+    sup_dir = osp.join(wd, 'supervised')
+    supervised = pool.submit(pretrain, 'supervised', sup_dir,
+                             args.supervised_epochs)
     data = write_scenes(
         osp.join(wd, 'data'), budgets, args.unlabelled, args.scenes,
         args.scenes)
@@ -481,10 +488,6 @@ def main(argv=None):
     ]
     print(f'scenes written ({time.time() - started:.0f} s)', flush=True)
     detections, seconds = {}, {}
-    pool = ProcessPoolExecutor(
-        args.workers,
-        mp_context=multiprocessing.get_context('spawn'),
-        initializer=_worker_init)
     runs = []  # the longest (Mask R-CNN) first, so that no worker idles
     for task, config, keys, fmt in reversed(TASKS):
         # Mask R-CNN at the larger budget only, (c) at the smaller only
@@ -502,9 +505,6 @@ def main(argv=None):
         # the random-init runs start while the backbones pretrain
         moco = pool.submit(pretrain, 'moco', osp.join(wd, 'moco'),
                            args.pretrain_epochs, data['folder'])
-        supervised = pool.submit(pretrain, 'supervised',
-                                 osp.join(wd, 'supervised'),
-                                 args.supervised_epochs)
         pending = {moco: 'MoCo v2', supervised: 'supervised'}
 
         def submit(init: str, checkpoint: Optional[str]) -> None:
