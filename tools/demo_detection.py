@@ -325,8 +325,8 @@ def pretrain(kind: str,
 def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
              figure_images: List[str]) -> Tuple[Dict, list, float]:
     """Train ``cfg`` with ``seed`` from ``pretrained`` (None: random init)
-    in ``{work_dir}/{name}-{seed}``; return the test metrics, the
-    detections (score >= 0.3) on ``figure_images`` and the seconds it
+    in ``{work_dir}/{name}-{seed}``; return the test metrics, the 3
+    best-scored detections on each of ``figure_images`` and the seconds it
     took. The output goes to ``run.log`` there."""
     from mmdet.apis import inference_detector
     from mmengine.registry import RUNNERS
@@ -358,7 +358,7 @@ def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
     return metrics, detections, time.time() - started
 
 
-# (name, config, metrics shown, label budgets)
+# (name, config, metrics shown, data format)
 TASKS = (('Faster R-CNN C4 (VOC)', VOC_C4, ('pascal_voc/AP50', ), 'voc'),
          ('Mask R-CNN C4 (COCO)', COCO_C4, ('coco/bbox_mAP', 'coco/segm_mAP'),
           'coco'))
@@ -373,6 +373,12 @@ def _order(item: tuple) -> tuple:
     return names.index(task), int(budget.split()[0]), metric
 
 
+def _mean_std(values: List[float]) -> Tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value), x 100."""
+    values = np.array(values) * 100
+    return values.mean(), values.std(ddof=1) if len(values) > 1 else 0.
+
+
 def summary_table(results: Dict[str, Dict[str, List[float]]],
                   seeds: List[int]) -> str:
     """One line per (metric, budget), one column per init."""
@@ -382,10 +388,9 @@ def summary_table(results: Dict[str, Dict[str, List[float]]],
     for key, per_init in results.items():
         cells = []
         for init in INITS:
-            values = np.array(per_init.get(init, [])) * 100
-            cells.append(f'{values.mean():8.1f} ± {values.std(ddof=1):4.1f}'
-                         if len(values) > 1 else (
-                             f'{values[0]:8.1f}' if len(values) else '-'))
+            values = per_init.get(init, [])
+            cells.append('%8.1f ± %4.1f' %
+                         _mean_std(values) if values else '-')
         lines.append(f'{key:<44}' + ''.join(f'{c:>17}' for c in cells))
     lines.append(f'(mean ± standard deviation over seeds {seeds}, x 100)')
     return '\n'.join(lines)
@@ -408,9 +413,8 @@ def figure(results: Dict[str, Dict[str, List[float]]], images: List[str],
     for key, per_init in results.items():
         task, budget, metric = key.split(', ')
         for init, values in per_init.items():
-            table[init][f'{task.split(" (")[0]}\n{budget}\n{metric}'] = (
-                np.mean(values) * 100,
-                np.std(values, ddof=1) * 100 if len(values) > 1 else 0)
+            table[init][f'{task.split(" (")[0]}\n{budget}\n{metric}'] = \
+                _mean_std(values)
     ax = fig.add_subplot(grid[0, :])
     draw_bar_table(ax, table,
                    'fine-tuned on a few labelled scenes, held-out digits',
