@@ -13,7 +13,11 @@ exact under which settings, and why: docs/design_notes.md#exact-resume.
 A checkpoint whose model tensors do not all fit the model is refused
 before training (:mod:`mocoplug.utils.resume_fit`).
 """
+import os
+import platform
 from typing import Any, Dict, Iterator, List, Optional
+
+import torch
 
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from mmengine.hooks import Hook
@@ -28,9 +32,60 @@ from ..random_state import get_random_state, set_random_state
 from .checkpoint_schedule import checkpoint_due
 
 STATE_KEY = 'resume_state'
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: with the kernel settings
 NOT_EXACT = ('the continuation will not be bit-identical to an '
              'uninterrupted run')
+# what to change when a kernel setting differs at resume
+KERNEL_FIXES = dict(
+    torch='install the torch that wrote the checkpoint',
+    threads='torch.set_num_threads / OMP_NUM_THREADS as when it was written',
+    cpu='resume on the CPU model that wrote it',
+    cpu_capability='ATEN_CPU_CAPABILITY as when it was written',
+    onednn_isa='ONEDNN_MAX_CPU_ISA as when it was written',
+    deterministic='randomness.deterministic as when it was written',
+    matmul_precision='torch.set_float32_matmul_precision as when it was '
+    'written',
+    cuda='resume on the GPU model, CUDA and cuDNN that wrote it')
+
+
+def _cpu_model() -> str:
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def kernel_settings() -> Dict[str, Any]:
+    """What, besides their inputs, decides how this process's kernels round.
+
+    A float sum split over another number of threads, or computed by
+    another instruction set, torch release, CPU or GPU model, differs in
+    its last bits, and a training run amplifies such a difference (see
+    docs/design_notes.md#exact-resume): a resume is bit-identical only
+    under the settings the checkpoint was written with.
+
+    Returns:
+        dict: strings, ints and bools only (``weights_only`` loadable).
+    """
+    settings = dict(
+        torch=str(torch.__version__),
+        threads=torch.get_num_threads(),
+        cpu=_cpu_model(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        onednn_isa=os.environ.get(
+            'ONEDNN_MAX_CPU_ISA', os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
+        deterministic=torch.are_deterministic_algorithms_enabled(),
+        matmul_precision=torch.get_float32_matmul_precision())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        settings['cuda'] = (
+            f'{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}, '
+            f'cuDNN {torch.backends.cudnn.version()}, benchmark '
+            f'{torch.backends.cudnn.benchmark}')
+    return settings
 
 
 class _ApplyBeforeNext:
@@ -60,12 +115,15 @@ class ExactResumeHook(Hook):
     """Save the random state in checkpoints and restore it on resume so the
     continuation is bit-identical to an uninterrupted run.
 
-    The checkpoint gets a ``resume_state`` entry (tensors, ints, floats and
-    lists only, so it loads with ``weights_only=True``): per rank, the state
-    of Python's ``random``, NumPy, torch's CPU generator and the rank's CUDA
-    device, plus the sampler seed, loop kind, ``num_workers`` and world
-    size. On resume a checkpoint whose model tensors do not fit the model
-    is refused first. Enabled in ``configs/_base_/default_runtime.py``.
+    The checkpoint gets a ``resume_state`` entry (tensors, ints, floats,
+    strings and lists only, so it loads with ``weights_only=True``): per
+    rank, the state of Python's ``random``, NumPy, torch's CPU generator and
+    the rank's CUDA device, plus the sampler seed, loop kind,
+    ``num_workers``, world size and :func:`kernel_settings`. On resume a
+    checkpoint whose model tensors do not fit the model is refused first;
+    then the log says whether the continuation is bit-identical, and if not
+    why (a warning naming each difference and its fix). Enabled in
+    ``configs/_base_/default_runtime.py``.
     """
 
     # After every LOW hook (e.g. KNNMonitorHook) and before CheckpointHook
@@ -202,6 +260,7 @@ class ExactResumeHook(Hook):
             num_workers=int(getattr(loader, 'num_workers', 0)),
             world_size=get_world_size(),
             sampler_seed=None if seed is None else int(seed),
+            kernels=kernel_settings(),
             ranks=snapshot['ranks'])
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
@@ -220,6 +279,18 @@ class ExactResumeHook(Hook):
         state = checkpoint[STATE_KEY]
         self._pending = state['ranks'][get_rank()]
         self._snapshot = None
+        kernels = state.get('kernels')
+        print_log(
+            f'ExactResumeHook: resuming at epoch {state["epoch"]}, iteration '
+            f'{state["iter"]} with the random streams, data order, process '
+            'and worker counts of the checkpoint' +
+            (' and its kernel settings (' +
+             ', '.join(f'{k} {v}' for k, v in kernels.items()) +
+             '): the continuation is bit-identical to an uninterrupted run'
+             if kernels else
+             '; it records no kernel settings (older mocoplug): bit-identical '
+             'only under the torch, thread count and CPU that wrote it'),
+            logger='current')
 
     def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
         """Why this checkpoint cannot continue exactly (empty when it can).
@@ -268,4 +339,14 @@ class ExactResumeHook(Hook):
                     f'the sampler seed {sampler.seed} differs from the '
                     f'checkpoint\'s {saved_seed} (set randomness.seed='
                     f'{saved_seed})')
+        saved = state.get('kernels')
+        if saved:
+            now = kernel_settings()
+            for key in sorted(set(saved) | set(now)):
+                if saved.get(key) != now.get(key):
+                    problems.append(
+                        f'the kernel setting {key} was {saved.get(key)!r} '
+                        f'when the checkpoint was written and is '
+                        f'{now.get(key)!r} now, so float sums round '
+                        f'differently ({KERNEL_FIXES.get(key, "")})')
         return problems

@@ -3,6 +3,7 @@
 the digits config (scaled down) built the way tools/train.py builds it."""
 import os
 import random
+import subprocess
 import sys
 
 import numpy as np
@@ -101,6 +102,11 @@ def build_cfg(load_tool,
 def run(cfg):
     runner = Runner.from_cfg(cfg)
     runner.train()
+    # Persistent workers otherwise live until a later garbage collection,
+    # whose shutdown then waits up to 5 s per worker in another test.
+    iterator = getattr(runner.train_dataloader, '_iterator', None)
+    if iterator is not None:
+        iterator._shutdown_workers()
     return runner
 
 
@@ -150,6 +156,27 @@ def compare(load_tool, tmp_path, workers, persistent, iter_based, hook=True):
     return losses(full), losses(resumed), diffs, equal
 
 
+# A second process multiplying matrices on every core, as other jobs on a
+# busy machine do (issue: a resume diverged in 2 of 5 tries beside such jobs).
+LOAD = ('import torch\n'
+        'torch.set_num_threads({threads})\n'
+        'a = torch.randn(512, 512)\n'
+        'while True:\n'
+        '    a = (a @ a).tanh_()\n')
+
+
+@pytest.fixture
+def cpu_load():
+    """Keep every core busy in another process while the test runs."""
+    load = subprocess.Popen(
+        [sys.executable, '-c',
+         LOAD.format(threads=os.cpu_count())])
+    yield load
+    load.kill()
+    load.wait()
+    assert load.returncode is not None
+
+
 @pytest.fixture(params=['per-image', 'device-augment'])
 def augment(request, monkeypatch):
     """Both augmentation paths: the per-image pipeline, and the device
@@ -161,21 +188,32 @@ def augment(request, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    'workers,persistent,iter_based', [(0, False, False), (2, False, False),
+    'workers,persistent,iter_based', [(0, False, False), (1, False, False),
                                       (2, True, False), (0, False, True),
                                       (2, True, True)],
     ids=[
-        'epoch-workers0', 'epoch-workers2', 'epoch-workers2-persistent',
+        'epoch-workers0', 'epoch-workers1-loaded', 'epoch-workers2-persistent',
         'iter-midepoch-workers0', 'iter-midepoch-workers2-persistent'
     ])
 def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
-                                 iter_based, device, augment):
-    full, resumed, diffs, equal = compare(load_tool, tmp_path, workers,
-                                          persistent, iter_based)
+                                 iter_based, device, augment, request):
+    """Equal losses and checkpoints. The ``-loaded`` case (the settings of
+    the busy-machine report) runs beside a process loading every core;
+    ``MOCOPLUG_RESUME_TRIES=N`` repeats its pair N times."""
+    tries = 1
+    if request.node.callspec.id.endswith('loaded'):
+        request.getfixturevalue('cpu_load')
+        tries = int(os.environ.get('MOCOPLUG_RESUME_TRIES', '1'))
+    for attempt in range(tries):
+        path = tmp_path / str(attempt)
+        full, resumed, diffs, equal = compare(load_tool, path, workers,
+                                              persistent, iter_based)
+        assert np.array_equal(full, resumed), (attempt, full, resumed)
+        assert max(diffs.values()) == 0, (attempt,
+                                          {k: v
+                                           for k, v in diffs.items() if v})
     n = 8 if iter_based else 4 * ITERS_PER_EPOCH
     assert len(full) == len(resumed) == n
-    assert np.array_equal(full, resumed), (full, resumed)
-    assert max(diffs.values()) == 0, {k: v for k, v in diffs.items() if v}
     assert equal
     # the key encoder, the queue and its pointer are among the tensors
     assert {
@@ -256,6 +294,30 @@ def test_other_worker_count_warns_and_load_from_is_ignored(
     # load_from without resume (fine-tuning): nothing to resume, no warning
     run(toy_cfg(tiny_runner_cfg, tmp_path / 'c', load_from=ckpt))
     assert len(warnings_logged) == 1
+
+
+def test_other_thread_count_warns_naming_it(tmp_path, tiny_runner_cfg,
+                                            warnings_logged):
+    """Another thread count rounds float sums differently: the resume says
+    it is not bit-identical, names the setting and its fix."""
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    saved = torch.load(
+        ckpt, weights_only=False)['resume_state']['kernels']
+    assert saved['threads'] == torch.get_num_threads()
+    assert saved['torch'] == torch.__version__
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        run(toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True,
+                    load_from=ckpt))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(warnings_logged) == 1
+    assert (f'kernel setting threads was {threads} when the checkpoint was '
+            f'written and is {threads + 1} now') in warnings_logged[0]
+    assert 'OMP_NUM_THREADS' in warnings_logged[0]
+    assert 'will not be bit-identical' in warnings_logged[0]
 
 
 def test_a_seeder_named_in_the_config_gets_the_seed_and_rank(monkeypatch):
