@@ -18,7 +18,6 @@ import platform
 from typing import Any, Dict, Iterator, List, Optional
 
 import torch
-
 from mmengine.dist import all_gather_object, get_rank, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
@@ -76,8 +75,8 @@ def kernel_settings() -> Dict[str, Any]:
         threads=torch.get_num_threads(),
         cpu=_cpu_model(),
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
-        onednn_isa=os.environ.get(
-            'ONEDNN_MAX_CPU_ISA', os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
+        onednn_isa=os.environ.get('ONEDNN_MAX_CPU_ISA',
+                                  os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
         deterministic=torch.are_deterministic_algorithms_enabled(),
         matmul_precision=torch.get_float32_matmul_precision())
     if torch.cuda.is_available() and torch.cuda.is_initialized():

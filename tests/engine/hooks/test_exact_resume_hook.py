@@ -209,9 +209,10 @@ def test_resume_is_bit_identical(load_tool, tmp_path, workers, persistent,
         full, resumed, diffs, equal = compare(load_tool, path, workers,
                                               persistent, iter_based)
         assert np.array_equal(full, resumed), (attempt, full, resumed)
-        assert max(diffs.values()) == 0, (attempt,
-                                          {k: v
-                                           for k, v in diffs.items() if v})
+        assert max(diffs.values()) == 0, (attempt, {
+            k: v
+            for k, v in diffs.items() if v
+        })
     n = 8 if iter_based else 4 * ITERS_PER_EPOCH
     assert len(full) == len(resumed) == n
     assert equal
@@ -302,15 +303,15 @@ def test_other_thread_count_warns_naming_it(tmp_path, tiny_runner_cfg,
     it is not bit-identical, names the setting and its fix."""
     run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
     ckpt = str(tmp_path / 'a' / 'iter_2.pth')
-    saved = torch.load(
-        ckpt, weights_only=False)['resume_state']['kernels']
+    saved = torch.load(ckpt, weights_only=False)['resume_state']['kernels']
     assert saved['threads'] == torch.get_num_threads()
     assert saved['torch'] == torch.__version__
     threads = torch.get_num_threads()
     torch.set_num_threads(threads + 1)
     try:
-        run(toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True,
-                    load_from=ckpt))
+        run(
+            toy_cfg(
+                tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
     finally:
         torch.set_num_threads(threads)
     assert len(warnings_logged) == 1
