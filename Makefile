@@ -14,7 +14,7 @@ export MOCOPLUG_VENV := $(abspath $(VENV))
 
 .PHONY: setup setup-full demo demo-detection test lint clean
 
-LINT_PATHS := mocoplug tests tools configs setup.py
+LINT_PATHS := mocoplug mocoplug_site tests tools configs setup.py
 
 setup:
 	bash tools/setup_env.sh

@@ -12,6 +12,8 @@ import shutil
 import sys
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 ROOT = osp.dirname(osp.abspath(__file__))
 MIM_FILES = ['configs', 'tools', 'model-index.yml']
@@ -69,6 +71,36 @@ def add_mim_extension() -> None:
             shutil.copyfile(src, dst)
 
 
+# Run by Python's `site` at every start-up of this environment: the import
+# hook of mocoplug_site (serves mmcv._ext for mmcv-lite, mmengine's
+# checkpoint loading under torch >= 2.6; mocoplug_site/__init__.py).
+PTH_NAME = 'mocoplug-site.pth'
+PTH_LINE = ("import importlib.util as u; u.find_spec('mocoplug_site') and "
+            "__import__('mocoplug_site').install()\n")
+
+
+def write_pth(folder: str) -> None:
+    with open(osp.join(folder, PTH_NAME), 'w') as f:
+        f.write(PTH_LINE)
+
+
+class BuildPyWithPth(build_py):
+    """Puts the .pth file at the root of the wheel (site-packages)."""
+
+    def run(self) -> None:
+        super().run()
+        write_pth(self.build_lib)
+
+
+class EditableWheelWithPth(editable_wheel):
+    """The same for `pip install -e`: the unpacked editable wheel's root is
+    the only folder setuptools copies to site-packages as it is."""
+
+    def _install_namespaces(self, installation_dir, pth_prefix) -> None:
+        super()._install_namespaces(installation_dir, pth_prefix)
+        write_pth(installation_dir)
+
+
 if __name__ == '__main__':
     add_mim_extension()
     setup(
@@ -83,6 +115,8 @@ if __name__ == '__main__':
         license='Apache License 2.0',
         python_requires='>=3.9',
         packages=find_packages(exclude=('configs', 'tools', 'tests', 'demo')),
+        cmdclass=dict(
+            build_py=BuildPyWithPth, editable_wheel=EditableWheelWithPth),
         include_package_data=True,
         package_data={
             'mocoplug': [

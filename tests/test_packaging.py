@@ -32,8 +32,12 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
                  'imagenet_bs32_mocov2.py',
                  'mocoplug/.mim/configs/benchmarks/knn_r50_in1k.py',
                  'mocoplug/.mim/tools/train.py',
-                 'mocoplug/.mim/tools/dist_train.sh'):
+                 'mocoplug/.mim/tools/dist_train.sh',
+                 'mocoplug_site/__init__.py', 'mocoplug_site/mmcv_ext.py'):
         assert name in names, name
+    # the start-up hook at the wheel's root, i.e. in site-packages
+    pth = zipfile.ZipFile(wheel).read('mocoplug-site.pth').decode()
+    assert "__import__('mocoplug_site').install()" in pth
     assert_mmcv_is_an_extra(wheel)
     site = tmp_path / 'site'
     subprocess.run([

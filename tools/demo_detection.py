@@ -80,16 +80,6 @@ def write_scenes(root: str, budgets: List[int], num_unlabelled: int,
     return dict(voc=voc + os.sep, coco=coco + os.sep, folder=folder)
 
 
-def _walk(node, fn) -> None:
-    if isinstance(node, dict):
-        fn(node)
-        for value in node.values():
-            _walk(value, fn)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            _walk(value, fn)
-
-
 def scaled_detection_cfg(path: str,
                          data_root: str,
                          work_dir: str,
@@ -112,6 +102,8 @@ def scaled_detection_cfg(path: str,
     Everything else as shipped.
     """
     from mmengine.config import Config
+
+    from mocoplug.utils import walk_dicts
     cfg = Config.fromfile(path)
     coco = 'coco' in osp.basename(path)
 
@@ -124,7 +116,7 @@ def scaled_detection_cfg(path: str,
         if node.get('type') == 'Resize':
             node['scale'] = (TEST_SCALE * 2, TEST_SCALE)
 
-    _walk(cfg.model, fix)
+    walk_dicts(cfg.model, fix)
     m = cfg.model
     c4 = BACKBONE['base_channels'] * 4  # BasicBlock: expansion 1
     m.backbone.update(BACKBONE, stem_channels=BACKBONE['base_channels'])
@@ -144,7 +136,7 @@ def scaled_detection_cfg(path: str,
     m.test_cfg.rpn.update(nms_pre=300, max_per_img=50)
 
     for key in ('train_dataloader', 'val_dataloader', 'val_evaluator'):
-        _walk(cfg[key], fix)
+        walk_dicts(cfg[key], fix)
     if not coco:  # the demo reports AP50 (AP50:95 takes 5 s more a run)
         cfg.val_evaluator.iou_thrs = [0.5]
     metainfo = dict(classes=CLASSES)
@@ -330,12 +322,14 @@ def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
     took. The output goes to ``run.log`` there."""
     from mmdet.apis import inference_detector
     from mmengine.registry import RUNNERS
+
+    from mocoplug.utils import walk_dicts
     started = time.time()
     cfg = copy.deepcopy(cfg)
     cfg.randomness = dict(seed=seed)
     cfg.pretrained = pretrained
     if pretrained is None:
-        _walk(
+        walk_dicts(
             cfg.model, lambda n: n.get('init_cfg', {}).get('type') ==
             'Pretrained' and n.pop('init_cfg'))
     cfg.work_dir = osp.join(cfg.work_dir, f'{name}-{seed}')

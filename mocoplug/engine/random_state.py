@@ -5,7 +5,7 @@ Python's ``random``, NumPy's global generator, torch's CPU generator and the
 generator of the process's current CUDA device (with its index; restored
 into the resuming rank's current device) are captured as tensors, ints and
 floats only, so a checkpoint still loads with ``weights_only=True`` (see
-:mod:`mocoplug.compat.checkpoint`). :func:`set_random_state` also reads the
+:mod:`mocoplug_site.checkpoint`). :func:`set_random_state` also reads the
 older format, a list of every visible device's generator.
 """
 import random

@@ -10,11 +10,12 @@ from .disabled_hooks import enabled_default_hooks
 from .pretrained import fill_pretrained
 from .process_group import leave_process_group, leave_process_group_at_exit
 from .setup_env import register_all_modules
+from .walk_dicts import walk_dicts
 
 __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',
     'fill_pretrained', 'patch_adjust_hue', 'register_config_package',
     'register_all_modules', 'fill_data_root', 'labelled_folder_classes',
     'enabled_default_hooks', 'leave_process_group',
-    'leave_process_group_at_exit', 'use_device_augmentation'
+    'leave_process_group_at_exit', 'use_device_augmentation', 'walk_dicts'
 ]

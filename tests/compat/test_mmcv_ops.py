@@ -210,7 +210,7 @@ def test_mmcv_batched_nms_runs_on_the_served_kernel(monkeypatch):
     compiled_mmcv() is None,
     reason='compiled mmcv not installed (mmcv-lite): the served kernels '
     'were compared against the float64 definitions only')
-def test_served_kernels_equal_compiled_mmcv():
+def test_served_kernels_equal_compiled_mmcv(monkeypatch):
     """float32, as detectors run them: the same arithmetic as mmcv's CPU
     kernels, hence the same bits."""
     ext = compiled_mmcv()
@@ -231,6 +231,33 @@ def test_served_kernels_equal_compiled_mmcv():
                                      ratio, 1, aligned)
             # the two scatter-add their terms in the same order
             torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=0)
+    # deformable convolution v1/v2: both im2col + matrix product, in other
+    # orders; float32 sums of <= 36 products of magnitude <= 2 (outputs
+    # <= 72), ~6e-8 relative per operation: within 1e-5 x 72
+    for modulated in (False, True):
+        for case in DCN_CASES:
+            inputs = [
+                t if t is None else t.float()
+                for t in deform_inputs(case, modulated, gen)
+            ]
+            grad = None
+            results = []
+            for e in (ServedOps(), ext):
+                for name in ('deform_conv', 'modulated_deform_conv'):
+                    monkeypatch.setattr(sys.modules[f'mmcv.ops.{name}'],
+                                        'ext_module', e)
+                leaves = [
+                    t if t is None else t.clone().requires_grad_()
+                    for t in inputs
+                ]
+                out = mmcv_deform_conv(*leaves, case)
+                grad = torch.rand(out.shape, generator=gen) if grad is None \
+                    else grad
+                (out * grad).sum().backward()
+                results.append([out] +
+                               [t.grad for t in leaves if t is not None])
+            for a, b in zip(*results):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
     boxes, scores = random_boxes(500, gen)
     for offset in (0, 1):
         assert torch.equal(
@@ -245,8 +272,8 @@ def test_served_kernels_equal_compiled_mmcv():
 def test_other_kernels_import_and_raise_when_called():
     served = ServedOps('no compiled mmcv')
     with pytest.raises(MMCVOpNotServedError) as info:
-        served.deform_conv_forward(torch.zeros(1))
-    for part in ('deform_conv_forward', 'make setup-full', 'FORCE_CUDA=1',
+        served.carafe_forward(torch.zeros(1))
+    for part in ('carafe_forward', 'make setup-full', 'FORCE_CUDA=1',
                  'no compiled mmcv'):
         assert part in str(info.value)
     empty = torch.zeros(0)
@@ -299,3 +326,262 @@ def test_uses_mmcv_ops():
     from mmcv.ops import RoIAlign
     assert mmcv_ops.uses_mmcv_ops(torch.nn.Sequential(RoIAlign(7)))
     assert not mmcv_ops.uses_mmcv_ops(torch.nn.Sequential(torch.nn.ReLU()))
+
+
+# ---- deformable convolution, focal loss, deformable attention -------------
+
+
+def bilinear_zero(feat, y, x):
+    """Bilinear interpolation of ``feat`` (C, H, W) at the points (y, x)
+    (each (C, ...), one coordinate grid per channel), the four
+    neighbouring pixels weighted by area, a pixel outside the map
+    counting as zero."""
+    c, h, w = feat.shape
+    y0, x0 = y.floor(), x.floor()
+    out = torch.zeros_like(y)
+    flat = feat.reshape(c, -1)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yy, xx = y0 + dy, x0 + dx
+            weight = (1 - (y - yy).abs()) * (1 - (x - xx).abs())
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            index = (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).long()
+            value = flat.gather(1, index.reshape(c, -1)).reshape(y.shape)
+            out = out + torch.where(inside, weight * value, 0)
+    return out
+
+
+def deform_conv_reference(x, offset, weight, mask, bias, stride, pad, dil,
+                          groups, deform_groups):
+    """Deformable convolution (Dai et al. 2017; with ``mask``, DCNv2, Zhu
+    et al. 2019): output (b, o, i, j) sums, over the input channels c of
+    o's group and the kernel taps (u, v), weight[o, c, u, v] times the
+    input sampled at (i s - p + u d + dy, j s - p + v d + dx), (dy, dx)
+    being offset channels 2 (g K + u kw + v) and + 1 of c's deformable
+    group g, times mask channel g K + u kw + v."""
+    b, cin, h, w = x.shape
+    cout, cpg, kh, kw = weight.shape
+    taps = kh * kw
+    oh = (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (w + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1
+    rows = torch.arange(oh, dtype=x.dtype)[:, None] * stride[0] - pad[0]
+    cols = torch.arange(ow, dtype=x.dtype)[None, :] * stride[1] - pad[1]
+    group_of = torch.arange(cin) // (cin // deform_groups)
+    out = x.new_zeros(b, cout, oh, ow)
+    for n in range(b):
+        for u in range(kh):
+            for v in range(kw):
+                k = group_of * taps + u * kw + v  # per input channel
+                ys = rows + u * dil[0] + offset[n, 2 * k]
+                xs = cols + v * dil[1] + offset[n, 2 * k + 1]
+                sampled = bilinear_zero(x[n], ys, xs)
+                if mask is not None:
+                    sampled = sampled * mask[n, k]
+                for g in range(groups):
+                    o = slice(g * cout // groups, (g + 1) * cout // groups)
+                    c = slice(g * cpg, (g + 1) * cpg)
+                    out[n, o] += torch.einsum('oc,chw->ohw',
+                                              weight[o, :, u, v], sampled[c])
+    if bias is not None:
+        out = out + bias[:, None, None]
+    return out
+
+
+DCN_CASES = [  # stride, padding, dilation, groups, deformable groups
+    ((1, 1), (1, 1), (1, 1), 1, 1), ((2, 1), (0, 2), (1, 2), 2, 2)
+]
+
+
+def deform_inputs(case, modulated, gen):
+    stride, pad, dil, groups, deform_groups = case
+    x = torch.rand(2, 4, 7, 6, generator=gen, dtype=torch.float64) * 4
+    weight = torch.rand(
+        6, 4 // groups, 3, 3, generator=gen, dtype=torch.float64) - 0.5
+    oh = (7 + 2 * pad[0] - dil[0] * 2 - 1) // stride[0] + 1
+    ow = (6 + 2 * pad[1] - dil[1] * 2 - 1) // stride[1] + 1
+    # offsets up to 3 pixels, some samples off the map
+    offset = (torch.rand(
+        2, deform_groups * 18, oh, ow, generator=gen, dtype=torch.float64) -
+              0.5) * 6
+    mask = torch.rand(
+        2, deform_groups *
+        9, oh, ow, generator=gen, dtype=torch.float64) if modulated else None
+    bias = torch.rand(6, generator=gen, dtype=torch.float64)
+    return x, offset, weight, mask, bias if modulated else None
+
+
+def mmcv_deform_conv(x, offset, weight, mask, bias, case):
+    """mmcv's DeformConv2dFunction / ModulatedDeformConv2dFunction (its
+    Python, the kernels of the module under test)."""
+    from mmcv.ops.deform_conv import DeformConv2dFunction
+    from mmcv.ops.modulated_deform_conv import ModulatedDeformConv2dFunction
+    stride, pad, dil, groups, deform_groups = case
+    if mask is None:
+        return DeformConv2dFunction.apply(x, offset, weight, stride, pad, dil,
+                                          groups, deform_groups, False, 32)
+    return ModulatedDeformConv2dFunction.apply(x, offset, mask, weight, bias,
+                                               stride, pad, dil, groups,
+                                               deform_groups)
+
+
+@pytest.fixture
+def served_ext(monkeypatch):
+    """mmcv's deform conv, focal loss and deformable attention modules
+    calling the served kernels (also where a compiled mmcv is installed)."""
+    import mmcv.ops
+    served = ServedOps()
+    for name in ('deform_conv', 'modulated_deform_conv', 'focal_loss',
+                 'multi_scale_deform_attn'):
+        monkeypatch.setattr(mmcv.ops, name, sys.modules[f'mmcv.ops.{name}'])
+        monkeypatch.setattr(sys.modules[f'mmcv.ops.{name}'], 'ext_module',
+                            served)
+    return served
+
+
+@pytest.mark.parametrize('modulated', [False, True], ids=['v1', 'v2'])
+@pytest.mark.parametrize('case', DCN_CASES, ids=['3x3', 'strided-grouped'])
+def test_deform_conv_is_the_definition(device, served_ext, modulated, case):
+    """Forward and every gradient equal the float64 definition's (its
+    autograd); gradcheck through mmcv's autograd Function."""
+    gen = torch.Generator().manual_seed(7 + modulated)
+    inputs = deform_inputs(case, modulated, gen)
+    ref = [t if t is None else t.clone().requires_grad_() for t in inputs]
+    expected = deform_conv_reference(*ref, *case)
+    grad_out = torch.rand(expected.shape, generator=gen, dtype=torch.float64)
+    (expected * grad_out).sum().backward()
+    ours = [t if t is None else t.to(device).requires_grad_() for t in inputs]
+    out = mmcv_deform_conv(*ours, case)
+    assert out.device.type == device
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=F64_ATOL)
+    (out * grad_out.to(device)).sum().backward()
+    for name, a, b in zip(('input', 'offset', 'weight', 'mask', 'bias'), ours,
+                          ref):
+        if a is not None:
+            torch.testing.assert_close(
+                a.grad.cpu(), b.grad, rtol=0, atol=F64_ATOL, msg=name)
+    assert torch.autograd.gradcheck(
+        lambda *t: mmcv_deform_conv(*t, case),
+        [t if t is None else t.to(device).requires_grad_() for t in inputs])
+
+
+def focal_reference(x, target, gamma, alpha, weight=None):
+    """Sigmoid focal loss (Lin et al. 2017, Eq. 5 with the alpha balance)
+    per logit: -alpha (1-p)^gamma log p for the target class, -(1-alpha)
+    p^gamma log(1-p) for the others (class C: background, no target)."""
+    p = 1 / (1 + torch.exp(-x))
+    t = torch.zeros_like(x)
+    fg = target < x.shape[1]
+    t[fg.nonzero()[:, 0], target[fg]] = 1
+    loss = (-alpha * t * (1 - p)**gamma * torch.log(p) - (1 - alpha) *
+            (1 - t) * p**gamma * torch.log(1 - p))
+    if weight is not None:
+        loss = loss * weight[target][:, None]
+    return loss
+
+
+@pytest.mark.parametrize('gamma,alpha', [(2.0, 0.25), (1.5, 0.5)])
+def test_sigmoid_focal_loss_is_the_definition(device, served_ext, gamma,
+                                              alpha):
+    """mmcv's sigmoid_focal_loss on the served kernels: per-logit values
+    and gradient equal the float64 definition's, gradcheck passes, and in
+    float32 the mean equals mmdet's Python focal loss (what mmdet runs on
+    the CPU; on CUDA it calls this kernel)."""
+    from mmcv.ops import sigmoid_focal_loss
+    from mmdet.models.losses.focal_loss import py_sigmoid_focal_loss
+    gen = torch.Generator().manual_seed(int(gamma * 10))
+    x = (torch.rand(40, 5, generator=gen, dtype=torch.float64) - 0.5) * 16
+    target = torch.randint(0, 6, (40, ), generator=gen)  # 5: background
+    ref = x.clone().requires_grad_()
+    expected = focal_reference(ref, target, gamma, alpha)
+    grad_out = torch.rand(40, 5, generator=gen, dtype=torch.float64)
+    (expected * grad_out).sum().backward()
+    ours = x.to(device).requires_grad_()
+    out = sigmoid_focal_loss(ours, target.to(device), gamma, alpha, None,
+                             'none')
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=F64_ATOL)
+    (out * grad_out.to(device)).sum().backward()
+    torch.testing.assert_close(
+        ours.grad.cpu(), ref.grad, rtol=0, atol=F64_ATOL)
+    assert torch.autograd.gradcheck(
+        lambda t: sigmoid_focal_loss(t, target.to(device), gamma, alpha, None,
+                                     'sum'),
+        x.to(device).requires_grad_())
+    # class weights (indexed by the target class; foreground rows only)
+    weight = torch.rand(5, generator=gen, dtype=torch.float64) + 0.5
+    fg = target < 5
+    out = sigmoid_focal_loss(x[fg].to(device), target[fg].to(device), gamma,
+                             alpha, weight.to(device), 'none')
+    torch.testing.assert_close(
+        out.cpu(),
+        focal_reference(x[fg], target[fg], gamma, alpha, weight),
+        rtol=0,
+        atol=F64_ATOL)
+    # float32 against mmdet's Python loss (one-hot target); float32
+    # rounding, ~6e-8 relative per operation over a dozen: rtol 1e-5
+    x32, onehot = x.float(), torch.nn.functional.one_hot(target, 6)[:, :5]
+    served = sigmoid_focal_loss(
+        x32.to(device), target.to(device), gamma, alpha, None, 'mean')
+    mmdet = py_sigmoid_focal_loss(
+        x32, onehot.float(), gamma=gamma, alpha=alpha, reduction='mean')
+    torch.testing.assert_close(served.cpu(), mmdet * 5, rtol=1e-5, atol=0)
+
+
+def ms_deform_attn_reference(value, shapes, locations, weights):
+    """Multi-scale deformable attention (Zhu et al. 2021, Eq. 3): per
+    query and head, the sum over levels l and points k of
+    weights[l, k] times level l's value map bilinearly sampled at
+    locations[l, k] x (W_l, H_l) - 0.5 (normalised (x, y), pixel
+    centres at + 0.5; zero outside the map)."""
+    bs, _, heads, dims = value.shape
+    _, queries, _, levels, points, _ = locations.shape
+    out = value.new_zeros(bs, queries, heads, dims)
+    start = 0
+    for level, (h, w) in enumerate(shapes.tolist()):
+        maps = value[:, start:start + h * w].reshape(bs, h, w, heads, dims)
+        start += h * w
+        for b in range(bs):
+            for m in range(heads):
+                feat = maps[b, :, :, m].permute(2, 0, 1)  # dims, h, w
+                for k in range(points):
+                    loc = locations[b, :, m, level, k]
+                    ys = (loc[:, 1] * h - 0.5).expand(dims, -1)
+                    xs = (loc[:, 0] * w - 0.5).expand(dims, -1)
+                    sampled = bilinear_zero(feat, ys, xs)  # dims, queries
+                    out[b, :, m] += (
+                        weights[b, :, m, level, k][:, None] * sampled.T)
+    return out.reshape(bs, queries, heads * dims)
+
+
+def test_ms_deform_attn_is_the_definition(device, served_ext):
+    """mmcv's MultiScaleDeformableAttnFunction (what mmcv runs on CUDA) on
+    the served kernels: output and the gradients of values, locations and
+    weights equal the float64 definition's; gradcheck passes."""
+    from mmcv.ops.multi_scale_deform_attn import \
+        MultiScaleDeformableAttnFunction
+    gen = torch.Generator().manual_seed(11)
+    shapes = torch.tensor([[5, 4], [3, 2]])
+    starts = torch.tensor([0, 20])
+    value = torch.rand(2, 26, 2, 3, generator=gen, dtype=torch.float64)
+    # locations reaching past the map on every side
+    locations = torch.rand(
+        2, 4, 2, 2, 3, 2, generator=gen, dtype=torch.float64) * 1.4 - 0.2
+    weights = torch.rand(2, 4, 2, 2, 3, generator=gen, dtype=torch.float64)
+    inputs = (value, locations, weights)
+    ref = [t.clone().requires_grad_() for t in inputs]
+    expected = ms_deform_attn_reference(ref[0], shapes, ref[1], ref[2])
+    grad_out = torch.rand(expected.shape, generator=gen, dtype=torch.float64)
+    (expected * grad_out).sum().backward()
+
+    def fn(v, loc, w):
+        return MultiScaleDeformableAttnFunction.apply(v, shapes.to(device),
+                                                      starts.to(device), loc,
+                                                      w, 64)
+
+    ours = [t.to(device).requires_grad_() for t in inputs]
+    out = fn(*ours)
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=F64_ATOL)
+    (out * grad_out.to(device)).sum().backward()
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=0, atol=F64_ATOL)
+    assert torch.autograd.gradcheck(
+        fn, [t.to(device).requires_grad_() for t in inputs])

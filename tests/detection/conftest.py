@@ -10,11 +10,12 @@ import os
 import os.path as osp
 from collections import Counter
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional
 
 import pytest
 from mmengine.config import Config
 
+from mocoplug.utils import walk_dicts
 from .tiny_detection_data import make_tiny_detection_data
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -61,17 +62,6 @@ def load_tool(name: str):
     return module
 
 
-def walk(node: Any, fn: Callable[[dict], None]) -> None:
-    """Call ``fn`` on every dict inside ``node`` (lists included)."""
-    if isinstance(node, dict):
-        fn(node)
-        for value in node.values():
-            walk(value, fn)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            walk(value, fn)
-
-
 def sync_bn_to_bn(cfg: Config) -> Config:
     """SyncBN -> BN in the model: one process, no process group."""
 
@@ -79,7 +69,7 @@ def sync_bn_to_bn(cfg: Config) -> Config:
         if node.get('type') == 'SyncBN':
             node['type'] = 'BN'
 
-    walk(cfg.model, fix)
+    walk_dicts(cfg.model, fix)
     return cfg
 
 
@@ -120,7 +110,7 @@ def shrink_detection_cfg(cfg: Config,
 
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader',
                 'val_evaluator', 'test_evaluator'):
-        walk(cfg[key], fix)
+        walk_dicts(cfg[key], fix)
         if key.endswith('dataloader'):
             cfg[key].num_workers = 0
             cfg[key].persistent_workers = False

@@ -10,8 +10,8 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from mocoplug.utils import fill_pretrained
-from .conftest import DETECTION_CONFIGS, sync_bn_to_bn, walk
+from mocoplug.utils import fill_pretrained, walk_dicts
+from .conftest import DETECTION_CONFIGS, sync_bn_to_bn
 
 TORCHVISION_MEAN = [123.675, 116.28, 103.53]
 TORCHVISION_STD = [58.395, 57.12, 57.375]
@@ -82,7 +82,7 @@ def test_torchvision_style_input_is_read_by_the_model(config):
 def test_syncbn_everywhere_and_all_stages_trained(config):
     path, cfg = config
     norms = []
-    walk(
+    walk_dicts(
         cfg.model, lambda node: norms.append(node['norm_cfg'])
         if node.get('norm_cfg') is not None else None)
     assert norms and all(n == dict(type='SyncBN', requires_grad=True)

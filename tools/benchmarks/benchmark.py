@@ -22,6 +22,7 @@ COMMANDS = {
     'pipeline': 'the CPU data pipeline per image against the official one',
     'device-augment': 'two-view augmentation on the device against workers',
     'detection-ops': "detector step, served mmcv ops against compiled mmcv's",
+    'detection-zoo': "mmdet's model zoo: a train step and a test pass each",
     'health-hook': 'cost of RepresentationHealthHook per iteration',
     'knn': 'weighted kNN evaluation at ImageNet size',
     'lars': 'MoCoV3LARS step against mmpretrain LARS',

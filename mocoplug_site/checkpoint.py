@@ -23,7 +23,6 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
-from mmengine.runner.checkpoint import CheckpointLoader
 
 UNSAFE_ENV = 'MOCOPLUG_TRUST_CHECKPOINTS'
 
@@ -112,6 +111,9 @@ def load_from_local(filename: str, map_location: Optional[Any] = None) -> Any:
 
 
 def register_checkpoint_loader() -> None:
-    """Install :func:`load_from_local` in place of mmengine's local loader."""
+    """Install :func:`load_from_local` in place of mmengine's local loader
+    (imported here: :mod:`mocoplug_site` calls this when mmengine imports
+    that module)."""
+    from mmengine.runner.checkpoint import CheckpointLoader
     CheckpointLoader.register_scheme(
         prefixes='', loader=load_from_local, force=True)

@@ -1,0 +1,106 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""A user's own mmdet config (mmdet's bases, their data, a MoCo backbone
+through ``init_cfg``, no ``custom_imports``) through mmdet's own
+tools/train.py and tools/test.py, in fresh processes that never import
+mocoplug: the ``.pth`` hook installed with mocoplug serves ``mmcv._ext``."""
+import os.path as osp
+import subprocess
+import sys
+
+import torch
+
+from ..packaged_tools import packaged_tool
+from .conftest import ROOT
+
+CONFIG = """
+_base_ = [
+    'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_detection.py',
+    'mmdet::_base_/schedules/schedule_1x.py',
+    'mmdet::_base_/default_runtime.py'
+]
+model = dict(
+    # MoCo's protocol: BN trained in the detector (MoCo's features are not
+    # normalised as a supervised network's)
+    backbone=dict(
+        norm_eval=False,
+        init_cfg=dict(type='Pretrained', checkpoint={backbone!r})),
+    # boxes from a detector trained for two steps, for the metric to score
+    test_cfg=dict(rcnn=dict(score_thr=0.0)))
+data_root = {data_root!r}
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='Resize', scale=(128, 96), keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs')
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(128, 96), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                    'scale_factor'))
+]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root,
+                                     pipeline=train_pipeline))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root,
+                                   pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(max_epochs=1)
+"""
+
+# runs a tool of mmdet's as `python TOOL ARGS` does, then states that
+# mocoplug was never imported
+RUN_TOOL = ('import runpy, sys\n'
+            'sys.argv = sys.argv[1:]\n'
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "assert 'mocoplug' not in sys.modules\n"
+            "print('served:', type(sys.modules['mmcv._ext']).__name__)\n")
+
+
+def run_mmdet_tool(name, *args, cwd):
+    out = subprocess.run(
+        [sys.executable, '-c', RUN_TOOL,
+         packaged_tool('mmdet', name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return out.stdout + out.stderr
+
+
+def test_users_own_config_trains_and_tests_with_mmdets_tools(
+        tiny_det_data, mocov2_r50_checkpoint, tmp_path):
+    backbone = str(tmp_path / 'r50_moco.pth')
+    subprocess.run([
+        sys.executable,
+        osp.join(ROOT, 'tools/model_converters/extract_backbone.py'),
+        mocov2_r50_checkpoint, backbone, '--format', 'torchvision'
+    ],
+                   check=True,
+                   capture_output=True)
+    config = tmp_path / 'faster-rcnn_r50_fpn_moco_mine.py'
+    config.write_text(
+        CONFIG.format(backbone=backbone, data_root=tiny_det_data['coco_root']))
+    work_dir = str(tmp_path / 'work')
+    log = run_mmdet_tool(
+        'train', str(config), '--work-dir', work_dir, cwd=tmp_path)
+    assert 'served: ServedOps' in log  # mmcv-lite, served
+    assert f'load model from: {backbone}' in log
+    assert 'bbox_mAP' in log  # the validation after the epoch ran
+    ckpt = osp.join(work_dir, 'epoch_1.pth')
+    trained = torch.load(ckpt, map_location='cpu', weights_only=False)
+    moco = torch.load(backbone, map_location='cpu')
+    # trained from the MoCo weights (one epoch moved them a little)
+    conv1 = trained['state_dict']['backbone.conv1.weight']
+    assert conv1.shape == moco['conv1.weight'].shape
+    assert (conv1 - moco['conv1.weight']).abs().max() < 0.05
+    log = run_mmdet_tool(
+        'test', str(config), ckpt, '--work-dir', work_dir, cwd=tmp_path)
+    assert 'coco/bbox_mAP:' in log
