@@ -6,8 +6,7 @@ own tools, a user's script, ``torchrun`` and data-loader workers):
 1. mmcv-lite has no ``mmcv._ext``: where no compiled one is found, the
    import resolves to :class:`~mocoplug_site.mmcv_ext.ServedOps`, the
    kernels mmdet's model zoo calls served by torchvision and torch. A
-   compiled mmcv is used untouched. ``MOCOPLUG_SERVE_MMCV_OPS=0`` switches
-   this off (mmcv-lite then fails as it does without mocoplug).
+   compiled mmcv is used untouched.
 2. mmengine 0.10.7 cannot load its own checkpoints under torch >= 2.6:
    when ``mmengine.runner.checkpoint`` is imported, its local loader is
    replaced (:mod:`mocoplug_site.checkpoint`).
@@ -17,7 +16,9 @@ runs at start-up: it calls :func:`install`, which puts :class:`SiteFinder`
 first in ``sys.meta_path`` (this module imports the standard library only;
 the two modules above load when mmcv or mmengine asks). ``import mocoplug``
 applies both as well, for a process started without the ``.pth`` (a source
-checkout on ``PYTHONPATH``). A top-level package, not part of ``mocoplug``:
+checkout on ``PYTHONPATH``). ``MOCOPLUG_SITE_HOOK=0`` switches the start-up
+hook off: processes that do not import mocoplug then meet mmcv-lite and
+mmengine as they are. A top-level package, not part of ``mocoplug``:
 it acts while mmcv and mmengine import themselves, where importing mocoplug
 (which imports both) would be circular.
 """
@@ -27,13 +28,7 @@ import sys
 
 EXT = 'mmcv._ext'
 CHECKPOINT = 'mmengine.runner.checkpoint'
-SWITCH = 'MOCOPLUG_SERVE_MMCV_OPS'
-
-
-def serving_enabled() -> bool:
-    """False when ``MOCOPLUG_SERVE_MMCV_OPS`` is 0/false/no/off."""
-    value = os.environ.get(SWITCH, '1').strip().lower()
-    return value not in ('0', 'false', 'no', 'off')
+SWITCH = 'MOCOPLUG_SITE_HOOK'
 
 
 class _ServedLoader:
@@ -83,7 +78,7 @@ class SiteFinder:
                 if spec is not None:
                     break
         if fullname == EXT:
-            if spec is None and serving_enabled():
+            if spec is None:
                 spec = importlib.machinery.ModuleSpec(EXT, _ServedLoader())
             return spec
         if spec is not None and spec.loader is not None:
@@ -93,7 +88,11 @@ class SiteFinder:
 
 
 def install() -> None:
-    """Put :class:`SiteFinder` first in ``sys.meta_path`` (idempotent).
-    Called by ``mocoplug-site.pth`` at start-up."""
+    """Put :class:`SiteFinder` first in ``sys.meta_path`` (idempotent;
+    nothing when ``MOCOPLUG_SITE_HOOK`` is 0/false/no/off). Called by
+    ``mocoplug-site.pth`` at start-up."""
+    if os.environ.get(SWITCH, '1').strip().lower() in ('0', 'false', 'no',
+                                                        'off'):
+        return
     if not any(type(f).__name__ == 'SiteFinder' for f in sys.meta_path):
         sys.meta_path.insert(0, SiteFinder())

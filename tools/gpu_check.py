@@ -791,7 +791,8 @@ def environment(args) -> dict:
         except Exception as exc:  # noqa: BLE001  (reported, not fatal)
             env[name] = f'unavailable: {exc}'
     try:  # mmcv-lite (the GPU machine's wheels) has no compiled ops
-        env['mmcv_ops'] = importlib.util.find_spec('mmcv._ext') is not None
+        from mocoplug.compat.mmcv_ops import serve_mmcv_ops
+        env['mmcv_ops'] = serve_mmcv_ops() is None
     except ImportError:
         env['mmcv_ops'] = False
     if args.device == 'cuda':

@@ -93,14 +93,17 @@ stamp_of() {
     | sha256sum | cut -d' ' -f1
 }
 
-# stack_ok: the stack imports, mmcv is the pinned version and, with
-# --with-ops, its compiled ops load. A full mmcv passes without --with-ops.
+# stack_ok: the stack imports, mmcv is the pinned version, mocoplug-site.pth
+# is active and, with --with-ops, its compiled ops load. A full mmcv passes
+# without --with-ops.
 stack_ok() {
   MMCV_VERSION=$MMCV_VERSION WITH_OPS=$WITH_OPS "$VENV/bin/python" - <<'EOF' >/dev/null 2>&1
-import os
+import os, sys
+assert 'mocoplug_site' in sys.modules  # mocoplug-site.pth ran
 import mmcv, mmengine, mmpretrain, mmdet, torch, torchvision  # noqa: F401
 if os.environ['WITH_OPS'] == '1':
-    import mmcv._ext  # noqa: F401  (compiled, not served by mocoplug)
+    import mmcv._ext  # compiled, not served by mocoplug
+    assert type(mmcv._ext).__name__ != 'ServedOps'
 import mocoplug  # noqa: F401
 assert mmcv.__version__ == os.environ['MMCV_VERSION']
 EOF
@@ -161,7 +164,7 @@ for name in ('mmcv', 'mmcv-lite', 'mmcv-full'):
 # mmcv_ops: the CUDA version the installed mmcv's ops were compiled with
 # ('not available': CPU only); fails where they do not load.
 mmcv_ops() {
-  "$VPY" -c "import mmcv, mmcv._ext as e, sys; assert mmcv.__version__ == '$MMCV_VERSION'; print(e.get_compiling_cuda_version())" 2>/dev/null
+  "$VPY" -c "import mmcv, mmcv._ext as e, sys; assert mmcv.__version__ == '$MMCV_VERSION'; assert type(e).__name__ != 'ServedOps'; print(e.get_compiling_cuda_version())" 2>/dev/null
 }
 # remove_mmcv: uninstall every distribution of the `mmcv` package (they share
 # their files: pip must never install one over the other).

@@ -16,7 +16,6 @@ from typing import Optional
 
 import torch
 
-from mocoplug_site import serving_enabled
 from mocoplug_site.mmcv_ext import (EXT_NAME, FULL_MMCV, SERVED,
                                     MMCVOpNotServedError, ServedOps)
 
@@ -32,18 +31,16 @@ class MMCVOpsDeviceError(RuntimeError):
 
 
 def serve_mmcv_ops() -> Optional[ServedOps]:
-    """Put :class:`ServedOps` in ``sys.modules`` unless ``mmcv._ext``
-    imports or ``MOCOPLUG_SERVE_MMCV_OPS=0`` (idempotent).
+    """Put :class:`ServedOps` in ``sys.modules`` unless a compiled
+    ``mmcv._ext`` imports (idempotent).
 
     Returns:
         ServedOps or None: the served module, or None where mmcv's compiled
-        ops load and are used as they are (or serving is switched off).
+        ops load and are used as they are.
     """
     current = sys.modules.get(EXT)
     if isinstance(current, ServedOps):
         return current
-    if not serving_enabled():
-        return None
     try:  # the .pth hook's finder serves mmcv-lite here
         ext = importlib.import_module(EXT)
     except ImportError as error:  # no hook, or built for another torch

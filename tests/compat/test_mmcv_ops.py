@@ -2,8 +2,10 @@
 """The mmcv kernels that torchvision serves, against float64 references
 written from their definitions and, where a compiled mmcv is installed,
 against it (the report header says which ran)."""
+import functools
 import importlib
 import math
+import os
 import subprocess
 import sys
 from typing import Optional
@@ -302,6 +304,45 @@ def test_import_mocoplug_serves_the_ops_without_compiled_mmcv():
     # one bin over [-0.5, 2.5]^2 (aligned), 2 x 2 samples at 0.25 and 1.75
     # per side: the mean of x[y, x] = 4y + x over those points is 5 * 1
     assert out.stdout.split() == ['ServedOps', '5.0']
+
+
+SITE_SCRIPT = ("import sys, mmcv.ops, mmengine.runner.checkpoint as c\n"
+               "print(type(sys.modules['mmcv._ext']).__name__, "
+               "'mocoplug' in sys.modules, "
+               "c.CheckpointLoader._schemes[''].__module__)\n")
+
+
+def test_site_hook_acts_in_processes_that_never_import_mocoplug():
+    """mocoplug-site.pth (installed with mocoplug): a plain process gets the
+    served mmcv._ext and mmengine's fixed checkpoint loader without
+    importing mocoplug; MOCOPLUG_SITE_HOOK=0 leaves mmcv-lite as it is."""
+    if compiled_mmcv() is not None:
+        pytest.skip('a compiled mmcv is installed: nothing is served')
+    run = functools.partial(
+        subprocess.run, [sys.executable, '-c', SITE_SCRIPT],
+        capture_output=True,
+        text=True)
+    out = run()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [
+        'ServedOps', 'False', 'mocoplug_site.checkpoint'
+    ]
+    off = run(env=dict(os.environ, MOCOPLUG_SITE_HOOK='0'))
+    assert "No module named 'mmcv._ext'" in off.stderr
+
+
+def test_site_hook_leaves_a_compiled_extension_alone(tmp_path):
+    """Where mmcv has an ``_ext`` of its own, the import finds it."""
+    (tmp_path / 'mmcv').mkdir()
+    (tmp_path / 'mmcv' / '__init__.py').write_text('')
+    (tmp_path / 'mmcv' / '_ext.py').write_text('COMPILED = True\n')
+    script = ('import sys; sys.path.insert(0, sys.argv[1])\n'
+              'import mmcv._ext; print(mmcv._ext.COMPILED)\n')
+    out = subprocess.run([sys.executable, '-c', script,
+                          str(tmp_path)],
+                         capture_output=True,
+                         text=True)
+    assert out.stdout.strip() == 'True', out.stderr[-2000:]
 
 
 class _CPUOnlyExt:

@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import os.path as osp
-import platform
 import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
@@ -88,7 +87,8 @@ def load_average() -> List[float]:
 
 
 def cpu_name() -> str:
-    return platform.processor() or platform.machine()
+    from mocoplug.engine.hooks.exact_resume_hook import cpu_model
+    return cpu_model()
 
 
 def machine(device: Device) -> str:

@@ -47,7 +47,8 @@ KERNEL_FIXES = dict(
     cuda='resume on the GPU model, CUDA and cuDNN that wrote it')
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model name (Linux), else what platform knows."""
     try:
         with open('/proc/cpuinfo') as f:
             for line in f:
@@ -73,7 +74,7 @@ def kernel_settings() -> Dict[str, Any]:
     settings = dict(
         torch=str(torch.__version__),
         threads=torch.get_num_threads(),
-        cpu=_cpu_model(),
+        cpu=cpu_model(),
         cpu_capability=torch.backends.cpu.get_cpu_capability(),
         onednn_isa=os.environ.get('ONEDNN_MAX_CPU_ISA',
                                   os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
