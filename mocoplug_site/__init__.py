@@ -91,8 +91,8 @@ def install() -> None:
     """Put :class:`SiteFinder` first in ``sys.meta_path`` (idempotent;
     nothing when ``MOCOPLUG_SITE_HOOK`` is 0/false/no/off). Called by
     ``mocoplug-site.pth`` at start-up."""
-    if os.environ.get(SWITCH, '1').strip().lower() in ('0', 'false', 'no',
-                                                        'off'):
+    if os.environ.get(SWITCH,
+                      '1').strip().lower() in ('0', 'false', 'no', 'off'):
         return
     if not any(type(f).__name__ == 'SiteFinder' for f in sys.meta_path):
         sys.meta_path.insert(0, SiteFinder())

@@ -25,4 +25,7 @@ default_hooks = dict(
     # stop at the first NaN/inf loss; never save non-finite weights
     non_finite_loss=dict(type='NonFiniteLossHook'),
     # MoCo setup vs the dataloader/GPUs, checked before any data is loaded
-    moco_config_check=dict(type='MoCoConfigCheckHook'))
+    moco_config_check=dict(type='MoCoConfigCheckHook'),
+    # continued pretraining (model.encoders_from): the queue filled with
+    # keys of this data before the first step
+    queue_refill=dict(type='QueueRefillHook'))

@@ -121,8 +121,8 @@ def test_folder_recipe_sets_what_depends_on_the_size_by_its_rules(
         tmp_path, tiny_data_cfg, monkeypatch):
     """The folder recipe at any size: a BN projection neck; lr 0.03 per 256
     images of batch, scaled when the run starts; before training, the
-    config check logs the sizes and warns that 65536 keys are too many for 4
-    images."""
+    config check logs the sizes and the lr and warns that 65536 keys are
+    too many for 4 images."""
     name = 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py'
     neck = Config.fromfile(config_path(name)).model.neck
     assert (neck.with_bn, neck.with_last_bn, neck.with_last_bn_affine,
@@ -138,14 +138,16 @@ def test_folder_recipe_sets_what_depends_on_the_size_by_its_rules(
     runner.train()
     group = runner.optim_wrapper.optimizer.param_groups[0]
     assert group['initial_lr'] == pytest.approx(0.03 * 4 / 256)
-    assert logged == [
+    assert logged[:2] == [
         'MoCo: 4 training images, 1 iterations, queue 65536 (16384.0 keys '
-        'per image).',
+        'per image), total batch 4, 1.0 epochs of 4 images, lr 0.00046875, '
+        'from scratch.',
         'MoCo: the queue (65536 keys) holds 16384 keys of every one of the 4 '
         'training images, which are negatives of their own image: set '
         'model.queue.size to at most 4 x the number of images (16) or '
         'model.queue.exclude_same_instance=True.'
     ]
+    assert len(logged) == 2
 
 
 def test_digits_folder_recipe_is_the_folder_one_at_cpu_size():

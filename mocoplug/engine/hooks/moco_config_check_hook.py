@@ -2,7 +2,7 @@
 """Checks of a MoCo training setup that need the dataloader or the number of
 processes, run before the first batch is loaded."""
 import logging
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import torch.nn as nn
 from mmengine.dataset import BaseDataset, DefaultSampler, InfiniteSampler
@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 
 from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
+from .learning_rate import current_lrs
 from .momentum_update_hook import MomentumUpdateHook
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
@@ -242,13 +243,31 @@ def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
 MAX_QUEUE_KEYS_PER_IMAGE = 4
 
 
-def warn_dataset_size(model: nn.Module, num_images: int,
-                      max_iters: int) -> List[str]:
-    """Log the number of training images and iterations and the queue's
-    keys per image; warn when the queue holds more than
-    ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image (unless
-    ``exclude_same_instance``), the folder config's rule. Returns the
-    warnings."""
+def schedule_facts(runner: Runner) -> str:
+    """'total batch 64, 95.0 epochs of 194 images' for the training
+    loader (what is known of it)."""
+    loader = runner.train_dataloader
+    batch = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
+    try:
+        images = len(unwrap_dataset(loader.dataset))
+    except TypeError:
+        return f'total batch {batch}'
+    epochs = runner.max_iters * batch / max(images, 1)
+    return f'total batch {batch}, {epochs:.1f} epochs of {images} images'
+
+
+def warn_dataset_size(model: nn.Module,
+                      num_images: int,
+                      max_iters: int,
+                      schedule: Optional[str] = None) -> List[str]:
+    """Log the number of training images and iterations, the queue's keys
+    per image, ``schedule`` and where the encoders start; warn when the
+    queue holds more than ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image
+    (unless ``exclude_same_instance``), the folder config's rule. Whether
+    a run learns is checked while it trains (RepresentationHealthHook's
+    not-learning check): on real photographs neither the number of images
+    nor of iterations alone told (configs/mocov2/README.md, "Your own
+    folder"). Returns the warnings."""
     facts = [f'{num_images} training images', f'{max_iters} iterations']
     warnings = []
     queue = getattr(model, 'queue', None)
@@ -264,6 +283,10 @@ def warn_dataset_size(model: nn.Module, num_images: int,
                 'are negatives of their own image: set model.queue.size to '
                 f'at most {MAX_QUEUE_KEYS_PER_IMAGE} x the number of images '
                 f'({MAX_QUEUE_KEYS_PER_IMAGE * num_images}) or {EXCLUDE}.')
+    if schedule:  # total batch, epochs, lr
+        facts.append(schedule)
+    source = getattr(model, 'encoders_from', None)
+    facts.append(f'encoders from {source}' if source else 'from scratch')
     print_log('MoCo: ' + ', '.join(facts) + '.', logger='current')
     for warning in warnings:
         print_log(warning, logger='current', level=logging.WARNING)
@@ -305,4 +328,5 @@ class MoCoConfigCheckHook(Hook):
             num_images = len(unwrap_dataset(loader.dataset))
         except TypeError:  # an iterable dataset without a length
             return
-        warn_dataset_size(model, num_images, runner.max_iters)
+        warn_dataset_size(model, num_images, runner.max_iters,
+                          f'{schedule_facts(runner)}, {current_lrs(runner)}')

@@ -1,6 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,6 +22,11 @@ HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
                   'neg_sim', 'key_query_dist', 'queue_age')
 
 
+class NotLearningError(RuntimeError):
+    """Raised by :class:`RepresentationHealthHook` with
+    ``on_not_learning='stop'`` when a run has not left chance level."""
+
+
 @HOOKS.register_module()
 class RepresentationHealthHook(Hook):
     r"""Log how healthy the contrastive embedding is, and warn on collapse.
@@ -40,6 +45,17 @@ class RepresentationHealthHook(Hook):
     hook warns once with the likely causes checked against this model;
     training goes on. Models without a momentum encoder are left alone.
 
+    Not learning: once, at ``not_learning_at`` of the run (and at least
+    two windows of ``max(5, iterations / 20)`` steps after the queue first
+    holds only keys of this data), the mean InfoNCE loss of the last window
+    is compared with chance, ln(K + 1) (the loss of embeddings that tell
+    nothing apart): above ``ln(K + 1) - not_learning_margin``, or with
+    positives on average no closer than negatives over the checks after
+    the queue filled, the run is not learning; the hook warns with the
+    likely causes checked against this run (``on_not_learning='stop'``
+    raises :class:`NotLearningError` instead). Why these values:
+    docs/design_notes.md, "Not learning".
+
     Args:
         interval (int, optional): Check every ``interval`` iterations. It
             must be a multiple of the LoggerHook's interval, so every check
@@ -50,6 +66,12 @@ class RepresentationHealthHook(Hook):
         patience (int): Consecutive low checks before warning. Defaults
             to 3.
         uniformity_t (float): t of the uniformity. Defaults to 2.
+        not_learning_at (float): Fraction of the run at which to check
+            that it learns; 0 disables the check. Defaults to 0.2.
+        not_learning_margin (float): How far below ln(K + 1) (nats) the
+            loss must be by then. Defaults to 0.25.
+        on_not_learning (str): ``'warn'`` or ``'stop'``. Defaults to
+            ``'warn'``.
     """
 
     priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL) prints the hub
@@ -58,7 +80,10 @@ class RepresentationHealthHook(Hook):
                  interval: Optional[int] = None,
                  collapse_ratio: float = 0.2,
                  patience: int = 3,
-                 uniformity_t: float = 2.0) -> None:
+                 uniformity_t: float = 2.0,
+                 not_learning_at: float = 0.2,
+                 not_learning_margin: float = 0.25,
+                 on_not_learning: str = 'warn') -> None:
         if interval is not None and (not isinstance(interval, int)
                                      or interval < 1):
             raise ValueError('RepresentationHealthHook: interval must be a '
@@ -70,6 +95,17 @@ class RepresentationHealthHook(Hook):
             raise ValueError('RepresentationHealthHook: collapse_ratio (a '
                              'fraction of the healthy 1/sqrt(d)) must be in '
                              f'(0, 1), got {collapse_ratio}')
+        if on_not_learning not in ('warn', 'stop'):
+            raise ValueError('RepresentationHealthHook: on_not_learning must '
+                             f"be 'warn' or 'stop', got {on_not_learning!r}")
+        if not 0 <= not_learning_at < 1:
+            raise ValueError('RepresentationHealthHook: not_learning_at must '
+                             f'be in [0, 1), got {not_learning_at}')
+        self.not_learning_at = not_learning_at
+        self.not_learning_margin = not_learning_margin
+        self.on_not_learning = on_not_learning
+        self.not_learning: Optional[dict] = None  # the check's figures
+        self._gaps: List[Tuple[int, float]] = []  # (iter, pos - neg sim)
         self.interval = interval
         self.collapse_ratio = collapse_ratio
         self.patience = patience
@@ -175,6 +211,8 @@ class RepresentationHealthHook(Hook):
                           data_batch: Optional[dict] = None) -> None:
         if not self.enabled:
             return
+        if runner.iter == self.check_iter(runner):
+            self.check_learning(runner)
         self._checking = self.is_check_iter(runner, batch_idx)
         self._observed = None
 
@@ -201,6 +239,8 @@ class RepresentationHealthHook(Hook):
         for name, value in metrics.items():
             runner.message_hub.update_scalar(f'train/health/{name}', value)
         self._published = True
+        self._gaps.append(
+            (runner.iter + 1, metrics['pos_sim'] - metrics['neg_sim']))
         self.check_collapse(runner, metrics)
 
     @torch.no_grad()
@@ -247,6 +287,102 @@ class RepresentationHealthHook(Hook):
             figures['queue_age'] = float(
                 min(steps, math.ceil(queue.size / per_step)) - 1)
         return {n: figures[n] for n in HEALTH_SCALARS if n in figures}
+
+    def _fill_and_window(self, runner: Runner) -> Tuple[int, int]:
+        """Steps until the queue holds only keys of this data (0 without a
+        queue, or when QueueRefillHook filled it first), and the window."""
+        queue = getattr(self._model, 'queue', None)
+        fill = 0
+        if queue is not None and not getattr(self._model, 'encoders_from',
+                                             None):
+            batch = getattr(runner.train_dataloader, 'batch_size', 0) or 1
+            fill = math.ceil(queue.size / self.keys_per_step(queue, batch))
+        return fill, max(5, runner.max_iters // 20)
+
+    def check_iter(self, runner: Runner) -> int:
+        """The iteration (0-based, before it runs) of the learning check;
+        -1 when there is none (disabled, or the run is too short)."""
+        if not self.not_learning_at or self.not_learning is not None:
+            return -1
+        fill, window = self._fill_and_window(runner)
+        at = max(
+            math.ceil(self.not_learning_at * runner.max_iters),
+            fill + 2 * window)
+        return at if at < runner.max_iters else -1
+
+    def check_learning(self, runner: Runner) -> None:
+        """The not-learning check (see the class notes)."""
+        fill, window = self._fill_and_window(runner)
+        history = runner.message_hub.log_scalars.get('train/loss')
+        losses = history.data[0] if history is not None else []
+        if len(losses) < window:  # resumed just before: too little history
+            return
+        loss = float(losses[-window:].mean())
+        queue = getattr(self._model, 'queue', None)
+        chance = math.log(queue.size + 1) if queue is not None else None
+        gaps = [g for it, g in self._gaps if it > fill]
+        gap = sum(gaps) / len(gaps) if gaps else None
+        self.not_learning = dict(
+            iter=runner.iter, loss=loss, chance=chance, gap=gap)
+        reasons = []
+        if chance is not None and loss > chance - self.not_learning_margin:
+            reasons.append(
+                f'the InfoNCE loss, {loss:.3f} on average over the last '
+                f'{window} iterations, has not left chance level: ln(K + 1) '
+                f'= ln({queue.size + 1}) = {chance:.3f} (embeddings that '
+                'tell nothing apart), by {:.3f} < {} nats'.format(
+                    chance - loss, self.not_learning_margin))
+        if gap is not None and gap <= 0:
+            reasons.append(
+                f'positives are no closer than negatives: pos_sim - neg_sim '
+                f'= {gap:.3f} on average over {len(gaps)} checks')
+        self.not_learning['learning'] = not reasons
+        if not reasons:
+            return
+        message = '\n'.join([
+            f'RepresentationHealthHook: NOT LEARNING at iteration '
+            f'{runner.iter} of {runner.max_iters} '
+            f'({self.not_learning_at:.0%} of the run): ' + '; '.join(reasons) +
+            '. Likely causes:'
+        ] + ['  - ' + c for c in self.not_learning_causes(runner)] + [
+            'This is checked once per run (RepresentationHealthHook('
+            "on_not_learning='stop') stops such a run, not_learning_at=0 "
+            'switches the check off).'
+        ])
+        if self.on_not_learning == 'stop':
+            raise NotLearningError(message)
+        runner.logger.warning(message)
+
+    def not_learning_causes(self, runner: Runner) -> List[str]:
+        """The usual causes of a run that does not learn, each with what
+        this run says."""
+        from .moco_config_check_hook import schedule_facts
+        facts = schedule_facts(runner)
+        lr = current_lrs(runner)
+        causes = [
+            f'Too few iterations for the data: {runner.max_iters} '
+            f'iterations, {facts}. MoCo\'s recipes assume 1.28 million '
+            'images x 200 epochs (configs/mocov2/README.md, "Your own '
+            'folder").',
+            'A network too large for the images to train from scratch '
+            '(e.g. a ResNet-50 on a few hundred images): continue from '
+            'released weights instead (model.encoders_from=<an ImageNet '
+            'MoCo or torchvision checkpoint>; docs/user_guides/'
+            'pretraining.md, "Continued pretraining from released '
+            'weights")' +
+            (f'; this run starts from {self._model.encoders_from}.' if getattr(
+                self._model, 'encoders_from', None) else '.'),
+            'Learning rate too low (0 or a scaled-down lr that the cosine '
+            'takes to 0 before anything is learnt) or too high' +
+            (f'; current {lr}.' if lr else '.'),
+        ]
+        crop = _crop_scale(runner.train_dataloader)
+        causes.append(
+            'Views too hard or too easy: crops of a small scale of images '
+            'that are themselves small, or views that differ in nothing '
+            'the images vary in' +
+            (f'; this run crops scale={crop}.' if crop else '.'))
+        return causes
 
     @staticmethod
     def keys_per_step(queue: nn.Module, local_keys: int) -> int:
@@ -333,3 +469,26 @@ class RepresentationHealthHook(Hook):
             neck,
             tau,
         ]
+
+
+def _crop_scale(loader) -> Optional[tuple]:
+    """The ``scale`` of the first RandomResizedCrop in the training
+    pipeline, if any."""
+    from mocoplug.datasets import dataset_transforms
+    try:
+        transforms = dataset_transforms(loader.dataset) or []
+    except Exception:  # noqa: BLE001 - a custom dataset: unknown
+        return None
+    stack = list(transforms)
+    while stack:
+        t = stack.pop(0)
+        if type(t).__name__ in ('RandomResizedCrop',
+                                'FastRandomResizedCrop') and hasattr(
+                                    t, 'scale'):
+            return tuple(t.scale)
+        stack += list(getattr(t, 'transforms', []) or [])
+        stack += [
+            x for p in getattr(t, 'pipelines', []) or []
+            for x in getattr(p, 'transforms', [])
+        ]
+    return None

@@ -8,6 +8,7 @@ import torch.nn as nn
 from mmpretrain.models.selfsup import BaseSelfSupervisor
 
 from mocoplug.registry import MODELS
+from ..utils import load_encoder_checkpoint
 
 
 def build_module(cfg: Union[dict, nn.Module, None]) -> Optional[nn.Module]:
@@ -45,6 +46,14 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             convolutions on recent GPUs, and with oneDNN on CPU; measure
             with ``tools/benchmarks/benchmark.py train``). Defaults to
             False.
+        encoders_from (str, optional): Continued pretraining: a checkpoint
+            (mocoplug, mmpretrain, official MoCo v1/v2/v3, torchvision or
+            an extracted backbone; the layout is recognised) whose query
+            encoder starts both encoders, the projection too where the
+            checkpoint has one that fits
+            (:func:`~mocoplug.models.utils.load_encoder_checkpoint`). With
+            a queue, ``QueueRefillHook`` fills it with keys of this data
+            before the first step. Defaults to None.
     """
 
     def __init__(self,
@@ -54,7 +63,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False,
+                 encoders_from: Optional[str] = None) -> None:
         # Built here with mocoplug's registry (a child of mmpretrain's) so
         # mocoplug's components resolve even when no default scope is set;
         # mmpretrain's base class would look them up in its own registry.
@@ -68,6 +78,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             data_preprocessor=build_module(data_preprocessor),
             init_cfg=init_cfg)
         self.channels_last = channels_last
+        self.encoders_from = encoders_from
         # See check_key_encoder_moves().
         self._versions_at_start: Optional[Tuple[int, int]] = None
         self._optimizer_stepped = False
@@ -99,7 +110,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
 
         When the whole model is loaded from a checkpoint (``pretrained`` /
         a ``Pretrained`` init_cfg), the checkpoint's momentum encoder is
-        kept.
+        kept. With ``encoders_from`` the online modules are loaded from it
+        first.
         """
         super().init_weights()
         init_cfg = self.init_cfg if isinstance(self.init_cfg,
@@ -108,6 +120,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'
                 for cfg in init_cfg):
             return
+        if self.encoders_from:
+            load_encoder_checkpoint(self.encoders_from, self.backbone,
+                                    self.neck)
         for online, momentum in self.momentum_pairs():
             momentum.load_state_dict(online.state_dict())
 

@@ -59,6 +59,9 @@ class MoCo(BaseMomentumSelfSupervisor):
         init_cfg (dict or list[dict], optional): Initialization config dict.
         channels_last (bool): Channels-last weights and inputs, see
             :class:`BaseMomentumSelfSupervisor`. Defaults to False.
+        encoders_from (str, optional): Continued pretraining from released
+            weights, see :class:`BaseMomentumSelfSupervisor`. Defaults to
+            None.
     """
 
     def __init__(self,
@@ -72,7 +75,8 @@ class MoCo(BaseMomentumSelfSupervisor):
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False,
+                 encoders_from: Optional[str] = None) -> None:
         super().__init__(
             backbone=backbone,
             neck=neck,
@@ -80,7 +84,8 @@ class MoCo(BaseMomentumSelfSupervisor):
             pretrained=pretrained,
             data_preprocessor=data_preprocessor,
             init_cfg=init_cfg,
-            channels_last=channels_last)
+            channels_last=channels_last,
+            encoders_from=encoders_from)
         if shuffle_bn not in SHUFFLE_BN_MODES:
             raise ValueError(
                 f'MoCo: shuffle_bn must be one of {SHUFFLE_BN_MODES}, got '

@@ -51,6 +51,9 @@ class MoCoV3(BaseMomentumSelfSupervisor):
         init_cfg (dict or list[dict], optional): Initialization config dict.
         channels_last (bool): Channels-last weights and inputs, see
             :class:`BaseMomentumSelfSupervisor`. Defaults to False.
+        encoders_from (str, optional): Continued pretraining from released
+            weights, see :class:`BaseMomentumSelfSupervisor`. Defaults to
+            None.
     """
 
     def __init__(self,
@@ -62,7 +65,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False,
+                 encoders_from: Optional[str] = None) -> None:
         super().__init__(
             backbone=backbone,
             neck=neck,
@@ -70,7 +74,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
             pretrained=pretrained,
             data_preprocessor=data_preprocessor,
             init_cfg=init_cfg,
-            channels_last=channels_last)
+            channels_last=channels_last,
+            encoders_from=encoders_from)
         if predictor is None:
             raise ValueError(
                 'MoCoV3: `predictor` is required (the query branch is '

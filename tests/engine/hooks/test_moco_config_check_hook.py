@@ -333,8 +333,10 @@ class Queue:
         self.exclude_same_instance = exclude_same_instance
 
 
-def fake_moco(queue_size, exclude=False):
-    return type('M', (), dict(queue=Queue(queue_size, exclude)))()
+def fake_moco(queue_size, exclude=False, encoders_from='released.pth'):
+    return type(
+        'M', (),
+        dict(queue=Queue(queue_size, exclude), encoders_from=encoders_from))()
 
 
 @pytest.fixture
@@ -355,14 +357,16 @@ def test_a_queue_with_many_keys_of_every_image_warns_before_training(
     cfg.train_dataloader.dataset.indices = 8
     runner = run(cfg)
     assert runner.iter == 1
-    assert logged == [
+    assert logged[:2] == [
         ('MoCo: 8 training images, 1 iterations, queue 48 (6.0 keys per '
-         'image).', 20, 0),
+         'image), total batch 8, 1.0 epochs of 8 images, lr 0.03, from '
+         'scratch.', 20, 0),
         ('MoCo: the queue (48 keys) holds 6 keys of every one of the 8 '
          'training images, which are negatives of their own image: set '
          'model.queue.size to at most 4 x the number of images (32) or '
          'model.queue.exclude_same_instance=True.', 30, 0),
     ]
+    assert len(logged) == 2
 
 
 @pytest.mark.parametrize('images, exclude, warned', [(12, False, False),
@@ -373,3 +377,15 @@ def test_queue_rule_at_most_4_keys_per_image(logged, images, exclude, warned):
         fake_moco(48, exclude), images, 1000)
     assert bool(warnings) == warned
     assert check_hook.MAX_QUEUE_KEYS_PER_IMAGE == 4
+
+
+@pytest.mark.parametrize('source', [None, 'r.pth'])
+def test_states_where_the_encoders_start(logged, source):
+    warnings = check_hook.warn_dataset_size(
+        fake_moco(16, encoders_from=source), 100, 1000,
+        'total batch 64, 640.0 epochs of 100 images, lr 0.015')
+    assert not warnings
+    assert logged[0][0] == (
+        'MoCo: 100 training images, 1000 iterations, queue 16 (0.2 keys per '
+        'image), total batch 64, 640.0 epochs of 100 images, lr 0.015, ' +
+        ('from scratch.' if source is None else f'encoders from {source}.'))

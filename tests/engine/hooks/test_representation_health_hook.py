@@ -56,6 +56,7 @@ def fake_runner(model, iteration=0):
         model=model,
         hooks=[],
         iter=iteration,
+        max_iters=1000,
         train_dataloader=range(100),  # 100 iterations an epoch
         logger=MMLogger.get_current_instance(),
         message_hub=MessageHub.get_current_instance())
@@ -308,3 +309,70 @@ def test_healthy_model_is_not_warned_about(tmp_path, tiny_moco_runner_cfg):
     assert all(r['health/std_norm'] > 0.5 for r in records)
     assert not hook.collapse_warned and hook.num_low_checks == 0
     assert collapse_warnings(tmp_path) == 0
+
+
+DIGITS = osp.join(
+    osp.dirname(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))),
+    'configs', 'mocov2',
+    'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+
+
+@pytest.fixture(scope='module')
+def digits_runs(tmp_path_factory):
+    """The digits demo's config for 2 epochs (38 iterations, queue 512:
+    the check at iteration 18), as it is (lr 0.005) and with lr 0."""
+    from mmengine.config import Config
+    runs = {}
+    for lr in (0.005, 0.0):
+        cfg = Config.fromfile(DIGITS)
+        cfg.work_dir = str(tmp_path_factory.mktemp(f'lr{lr}'))
+        cfg.log_level = 'WARNING'
+        cfg.custom_hooks = cfg.custom_hooks[:1]  # no kNN monitor
+        cfg.model.queue.size = 512
+        cfg.optim_wrapper.optimizer.lr = lr
+        cfg.train_cfg.max_epochs = 2
+        cfg.param_scheduler[0].update(T_max=2, end=2)
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+        log = glob.glob(osp.join(cfg.work_dir, '*', '*.log'))[0]
+        with open(log) as f:
+            runs[lr] = runner, f.read()
+    return runs
+
+
+def health_hook(runner):
+    return next(
+        h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
+
+
+def test_a_learning_run_is_not_warned_about(digits_runs):
+    """lr 0.005: by iteration 18 (20% of the run, after the queue holds
+    only real keys from iteration 8 on, and two windows of 5) the loss is
+    0.4 below ln(513); no warning."""
+    runner, log = digits_runs[0.005]
+    figures = health_hook(runner).not_learning
+    assert figures['iter'] == 18 and figures['learning']
+    assert figures['loss'] < figures['chance'] - 0.25
+    assert figures['chance'] == pytest.approx(math.log(513))
+    assert 'NOT LEARNING' not in log
+
+
+def test_a_run_that_cannot_learn_is_warned_about_early(digits_runs):
+    """lr 0: the loss stays at ln(K + 1) or above; warned once, at
+    iteration 18 of 38, with the causes checked against the run;
+    on_not_learning='stop' raises instead."""
+    from mocoplug.engine.hooks.representation_health_hook import \
+        NotLearningError
+    runner, log = digits_runs[0.0]
+    hook = health_hook(runner)
+    assert hook.not_learning['iter'] == 18
+    assert not hook.not_learning['learning']
+    assert log.count('NOT LEARNING at iteration 18 of 38') == 1
+    for part in ('has not left chance level', 'ln(513)', 'current lr 0',
+                 '38 iterations, total batch 64, 1.9 epochs of 1258 images',
+                 'model.encoders_from'):
+        assert part in log, part
+    # the same check, asked to stop: raises with the same message
+    hook.not_learning, hook.on_not_learning = None, 'stop'
+    with pytest.raises(NotLearningError, match='NOT LEARNING'):
+        hook.check_learning(runner)

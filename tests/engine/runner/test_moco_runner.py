@@ -132,7 +132,7 @@ def test_none_switches_off_any_default_hook():
     assert names == {
         'RuntimeInfoHook', 'IterTimerHook', 'DistSamplerSeedHook',
         'LoggerHook', 'ParamSchedulerHook', 'VisualizationHook',
-        'NonFiniteLossHook', 'MoCoConfigCheckHook'
+        'NonFiniteLossHook', 'MoCoConfigCheckHook', 'QueueRefillHook'
     }
     # mmengine's Runner refuses the same config
     with pytest.raises(AssertionError):

@@ -1,0 +1,122 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+import os.path as osp
+from typing import List, Tuple
+
+import numpy as np
+from mmpretrain.datasets import BaseDataset
+
+from mocoplug.registry import DATASETS
+
+#: scikit-image's bundled photographs the evaluation tiles come from (BSD
+#: licensed package; each image's licence in skimage/data/README.txt)
+PHOTOS = ('astronaut', 'chelsea', 'coffee', 'rocket', 'motorcycle_left',
+          'hubble_deep_field', 'ihc', 'retina', 'brick', 'grass', 'gravel',
+          'camera')
+#: other images, for a stand-in of released weights (never evaluated on)
+SOURCE = ('coins', 'moon', 'page', 'text', 'cell', 'microaneurysms',
+          'motorcycle_right', 'clock_motion')
+
+
+def _load(name: str, short_side: int) -> np.ndarray:
+    """RGB uint8, scaled to ``short_side`` on its shorter side."""
+    from PIL import Image
+    if name in ('china', 'flower'):  # scikit-learn's two photographs
+        from sklearn.datasets import load_sample_image
+        img = Image.fromarray(load_sample_image(f'{name}.jpg'))
+    else:
+        import skimage
+        folder = osp.join(osp.dirname(skimage.__file__), 'data')
+        ext = 'jpg' if name in ('rocket', 'hubble_deep_field',
+                                'retina') else 'png'
+        img = Image.open(osp.join(folder, f'{name}.{ext}'))
+    img = img.convert('RGB')
+    scale = short_side / min(img.size)
+    img = img.resize((round(img.width * scale), round(img.height * scale)),
+                     Image.BILINEAR)
+    return np.asarray(img)
+
+
+@DATASETS.register_module()
+class PhotoTilesDataset(BaseDataset):
+    """Square tiles of real photographs, labelled by the photograph they
+    come from: a small folder of real images that needs no download (the
+    photographs ship inside scikit-image's and scikit-learn's wheels).
+
+    Each photograph, scaled to ``short_side`` on its shorter side, is cut
+    in two along its width: ``'train'`` tiles (``num_tiles`` in all, at
+    random positions, seeded) come from the left ``1 - test_ratio``,
+    ``'memory'`` tiles from the same region on a grid (stride half a
+    tile), and ``'test'`` tiles from the right ``test_ratio`` on such a
+    grid: held-out regions, never seen in pretraining. ``'source'`` gives
+    random tiles of other images (``SOURCE`` and scikit-learn's china and
+    flower), to pretrain a stand-in for released weights. Images are RGB,
+    HWC, uint8.
+
+    Args:
+        split (str): ``'train'``, ``'memory'``, ``'test'`` or ``'source'``.
+        num_tiles (int): Tiles of ``'train'`` and ``'source'``. Defaults to
+            1000.
+        tile (int): Tile side. Defaults to 32.
+        short_side (int): Photograph scale. Defaults to 192.
+        test_ratio (float): Share of each photograph's width held out.
+            Defaults to 0.25.
+        seed (int): Seed of the random positions. Defaults to 0.
+        with_label (bool): Whether samples carry ``gt_label`` (the
+            photograph). Defaults to True.
+    """
+
+    METAINFO = {'classes': PHOTOS}
+
+    def __init__(self,
+                 split: str = 'train',
+                 num_tiles: int = 1000,
+                 tile: int = 32,
+                 short_side: int = 192,
+                 test_ratio: float = 0.25,
+                 seed: int = 0,
+                 with_label: bool = True,
+                 **kwargs) -> None:
+        if split not in ('train', 'memory', 'test', 'source'):
+            raise ValueError("PhotoTilesDataset: split must be 'train', "
+                             f"'memory', 'test' or 'source', got {split!r}")
+        self.split, self.num_tiles, self.tile = split, num_tiles, tile
+        self.short_side, self.test_ratio = short_side, test_ratio
+        self.seed, self.with_label = seed, with_label
+        kwargs.setdefault('ann_file', '')
+        super().__init__(**kwargs)
+
+    def regions(self) -> List[Tuple[int, np.ndarray]]:
+        """(label, region) of every photograph for this split."""
+        names = SOURCE + ('china', 'flower') if self.split == 'source' \
+            else PHOTOS
+        out = []
+        for label, name in enumerate(names):
+            img = _load(name, self.short_side)
+            cut = int(round(img.shape[1] * (1 - self.test_ratio)))
+            region = img[:, cut:] if self.split == 'test' else img[:, :cut]
+            out.append((label, region if self.split != 'source' else img))
+        return out
+
+    def load_data_list(self) -> List[dict]:
+        t, rng = self.tile, np.random.RandomState(self.seed)
+        regions = self.regions()
+        tiles = []
+        if self.split in ('train', 'source'):
+            for i in range(self.num_tiles):
+                label, region = regions[i % len(regions)]
+                y = rng.randint(0, region.shape[0] - t + 1)
+                x = rng.randint(0, region.shape[1] - t + 1)
+                tiles.append((label, region[y:y + t, x:x + t]))
+        else:
+            step = t // 2  # a grid of half-overlapping tiles
+            for label, region in regions:
+                for y in range(0, region.shape[0] - t + 1, step):
+                    for x in range(0, region.shape[1] - t + 1, step):
+                        tiles.append((label, region[y:y + t, x:x + t]))
+        data_list = []
+        for label, img in tiles:
+            info = dict(img=np.ascontiguousarray(img))
+            if self.with_label:
+                info['gt_label'] = label
+            data_list.append(info)
+        return data_list

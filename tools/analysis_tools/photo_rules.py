@@ -1,0 +1,163 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Measure what MoCo v2 learns from a small folder of real photographs,
+from scratch and continued from released weights.
+
+Data: tiles of 12 photographs that ship inside scikit-image
+(``PhotoTilesDataset``), labelled only by the photograph they come from.
+Pretraining sees ``--sizes`` tiles (no labels) from the left three
+quarters of each photograph; the evaluation is weighted kNN (k=20) of
+tiles from the held-out right quarter, clean and under the demo's
+perturbation, with grid tiles of the left part as memory. Encoders: raw
+pixels, the network at random init, a stand-in for released weights
+(MoCo v2 on other images, ``--source-iters`` iterations), MoCo v2 from
+scratch and continued from those weights (``model.encoders_from``), the
+same iterations at every size, one run per seed.
+
+    python tools/analysis_tools/photo_rules.py [--sizes 300 3000] \\
+        [--iters 300] [--seeds 0 1 2] [--work-dir work_dirs/photo_rules]
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import sys
+import time
+
+import torch
+from mmengine.config import Config
+from mmengine.dataset import default_collate
+from mmengine.registry import DefaultScope
+from mmengine.runner import set_random_seed
+from torch.utils.data import DataLoader
+
+from mocoplug.evaluation import extract_features, weighted_knn_accuracy
+from mocoplug.registry import DATASETS, MODELS
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from demo import KNN, PERTURBATION, ROOT  # noqa: E402 isort: skip
+from demo import estimate_bn_statistics, mean_spread  # noqa: E402 isort: skip
+from demo import pretrain  # noqa: E402 isort: skip
+
+CONFIG = osp.join(ROOT, 'configs', 'mocov2',
+                  'mocov2_smallconv4-w32_1xb64-coslr_photo-tiles.py')
+SOURCE_TILES = 5000
+
+
+def run_cfg(split: str, tiles: int, iters: int, encoders_from=None):
+    """The config for ``iters`` iterations on ``tiles`` tiles, queue at
+    most 4 keys per tile (the folder rule), no kNN monitor."""
+    cfg = Config.fromfile(CONFIG)
+    batch = cfg.train_dataloader.batch_size
+    epochs = max(1, round(iters * batch / tiles))
+    cfg.train_dataloader.dataset.update(split=split, num_tiles=tiles)
+    cfg.model.queue.size = min(4 * tiles, 4096)
+    cfg.model.encoders_from = encoders_from
+    cfg.train_cfg.max_epochs = epochs
+    cfg.param_scheduler[0].update(T_max=epochs, end=epochs)
+    cfg.default_hooks.checkpoint.interval = epochs
+    cfg.custom_hooks = cfg.custom_hooks[:1]  # the momentum update
+    return cfg
+
+
+def loader(split: str, perturbed: bool = False) -> DataLoader:
+    pipeline = ([PERTURBATION]
+                if perturbed else []) + [dict(type='PackInputs')]
+    return DataLoader(
+        DATASETS.build(
+            dict(type='PhotoTilesDataset', split=split, pipeline=pipeline)),
+        batch_size=256,
+        collate_fn=default_collate)
+
+
+def knn(model, feature_fn=None) -> dict:
+    bank, labels = extract_features(model, loader('memory'), feature_fn)
+    out = {}
+    for name, perturbed in (('clean', False), ('perturbed', True)):
+        feats, query_labels = extract_features(model,
+                                               loader('test',
+                                                      perturbed), feature_fn)
+        out[name] = weighted_knn_accuracy(
+            feats, query_labels, bank, labels, 12, (KNN['k'], ),
+            KNN['temperature'])[f'top1_k{KNN["k"]}']
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--sizes', type=int, nargs='+', default=[300, 3000])
+    parser.add_argument('--iters', type=int, default=300)
+    parser.add_argument('--source-iters', type=int, default=1500)
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--work-dir', default='work_dirs/photo_rules')
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    started = time.time()
+    cfg = run_cfg('source', SOURCE_TILES, args.source_iters)
+    source_dir = osp.join(args.work_dir, 'source')
+    print(
+        f'released-weights stand-in: {args.source_iters} iterations on '
+        f'{SOURCE_TILES} tiles of other images',
+        flush=True)
+    source_model, _ = pretrain(cfg, 0, source_dir)
+    source = osp.join(source_dir, f'epoch_{cfg.train_cfg.max_epochs}.pth')
+    rows = {'raw pixels': [], 'random init': [], 'released weights': []}
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        rows['released weights'].append(knn(source_model))
+    for size in args.sizes:
+        for init in ('scratch', 'continued'):
+            name = f'MoCo v2 {init}, {size} tiles'
+            rows[name] = []
+            for seed in args.seeds:
+                cfg = run_cfg('train', size, args.iters,
+                              source if init == 'continued' else None)
+                print(
+                    f'{name}, seed {seed}: {cfg.train_cfg.max_epochs} '
+                    f'epochs, queue {cfg.model.queue.size}',
+                    flush=True)
+                model, _ = pretrain(
+                    cfg, seed,
+                    osp.join(args.work_dir, f'{init}{size}-seed{seed}'))
+                with DefaultScope.overwrite_default_scope('mocoplug'):
+                    rows[name].append(knn(model))
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        for seed in args.seeds:
+            set_random_seed(seed)
+            model = MODELS.build(
+                dict(
+                    cfg.model,
+                    encoders_from=None,
+                    data_preprocessor=cfg.data_preprocessor))
+            model.init_weights()
+            estimate_bn_statistics(model, loader('memory'))
+            rows['random init'].append(knn(model))
+            if seed == args.seeds[0]:
+                rows['raw pixels'].append(knn(model, lambda x: x.flatten(1)))
+    summary = {
+        name: {
+            t: mean_spread([r[t] for r in runs])
+            for t in ('clean', 'perturbed')
+        }
+        for name, runs in rows.items()
+    }
+    print(f'\nweighted kNN top-1 (%) of held-out tiles of 12 photographs '
+          f'(k={KNN["k"]}), {args.iters} iterations of 64 per run, seeds '
+          f'{args.seeds}')
+    print(f'{"encoder":<36}{"clean":>16}{"perturbed":>16}')
+    for name, stats in summary.items():
+        print(f'{name:<36}' + ''.join(f'{s["mean"]:>9.1f} ± {s["std"]:<4.1f}'
+                                      for s in stats.values()))
+    result = dict(
+        summary=summary,
+        runs=rows,
+        args=vars(args),
+        minutes=round((time.time() - started) / 60, 1),
+        chance=100 / 12)
+    os.makedirs(args.work_dir, exist_ok=True)
+    with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
+        json.dump(result, f, indent=1)
+    print(f'{result["minutes"]} min; {args.work_dir}/results.json')
+    return result
+
+
+if __name__ == '__main__':
+    main()
