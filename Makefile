@@ -28,8 +28,10 @@ demo: setup
 demo-detection: setup
 	$(PYTHON) tools/demo_detection.py
 
+# on every core (pytest-xdist; tests/conftest.py shares the cores' threads
+# among the workers)
 test: setup
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest -n auto tests
 
 # the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i
 # LINT_PATHS` fix what they report

@@ -8,8 +8,12 @@ import torch
 import mocoplug  # noqa: F401  (registers everything)
 
 # 2 threads unless the caller chose (OMP_NUM_THREADS=1 must really run the
-# suite single-threaded, and spawned ranks inherit the same count)
-os.environ.setdefault('OMP_NUM_THREADS', '2')
+# suite single-threaded, and spawned ranks inherit the same count); under
+# pytest-xdist (make test: -n auto) the cores shared among the workers
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+os.environ.setdefault(
+    'OMP_NUM_THREADS',
+    str(max(1, (os.cpu_count() or 2) // _WORKERS)) if _WORKERS > 1 else '2')
 torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 # cuBLAS is deterministic under torch.use_deterministic_algorithms (what
 # randomness.deterministic=True sets) only with this workspace setting,

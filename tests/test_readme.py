@@ -61,7 +61,7 @@ def test_demo_and_test_set_up_mmcv_lite():
         'bash tools/setup_env.sh', '.venv/bin/python tools/demo.py'
     ]
     assert make_commands('test') == [
-        'bash tools/setup_env.sh', '.venv/bin/python -m pytest tests'
+        'bash tools/setup_env.sh', '.venv/bin/python -m pytest -n auto tests'
     ]
     assert make_commands('setup-full') == [
         'bash tools/setup_env.sh --with-ops'

@@ -3,6 +3,7 @@
 through ``init_cfg``, no ``custom_imports``) through mmdet's own
 tools/train.py and tools/test.py, in fresh processes that never import
 mocoplug: the ``.pth`` hook installed with mocoplug serves ``mmcv._ext``."""
+import json
 import os.path as osp
 import subprocess
 import sys
@@ -55,24 +56,16 @@ test_evaluator = val_evaluator
 train_cfg = dict(max_epochs=1)
 """
 
-# runs a tool of mmdet's as `python TOOL ARGS` does, then states that
+# runs mmdet's tools/train.py, then its tools/test.py, each as
+# `python TOOL ARGS` does (one process: one start-up), then states that
 # mocoplug was never imported
-RUN_TOOL = ('import runpy, sys\n'
-            'sys.argv = sys.argv[1:]\n'
-            "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-            "assert 'mocoplug' not in sys.modules\n"
-            "print('served:', type(sys.modules['mmcv._ext']).__name__)\n")
-
-
-def run_mmdet_tool(name, *args, cwd):
-    out = subprocess.run(
-        [sys.executable, '-c', RUN_TOOL,
-         packaged_tool('mmdet', name), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    return out.stdout + out.stderr
+RUN_TOOLS = ('import json, runpy, sys\n'
+             'for argv in json.loads(sys.argv[1]):\n'
+             '    sys.argv = argv\n'
+             "    runpy.run_path(argv[0], run_name='__main__')\n"
+             "    print('TOOL DONE', flush=True)\n"
+             "assert 'mocoplug' not in sys.modules\n"
+             "print('served:', type(sys.modules['mmcv._ext']).__name__)\n")
 
 
 def test_users_own_config_trains_and_tests_with_mmdets_tools(
@@ -89,18 +82,29 @@ def test_users_own_config_trains_and_tests_with_mmdets_tools(
     config.write_text(
         CONFIG.format(backbone=backbone, data_root=tiny_det_data['coco_root']))
     work_dir = str(tmp_path / 'work')
-    log = run_mmdet_tool(
-        'train', str(config), '--work-dir', work_dir, cwd=tmp_path)
-    assert 'served: ServedOps' in log  # mmcv-lite, served
-    assert f'load model from: {backbone}' in log
-    assert 'bbox_mAP' in log  # the validation after the epoch ran
     ckpt = osp.join(work_dir, 'epoch_1.pth')
+    tools = [[
+        packaged_tool('mmdet', 'train'),
+        str(config), '--work-dir', work_dir
+    ],
+             [
+                 packaged_tool('mmdet', 'test'),
+                 str(config), ckpt, '--work-dir', work_dir
+             ]]
+    out = subprocess.run([sys.executable, '-c', RUN_TOOLS,
+                          json.dumps(tools)],
+                         cwd=tmp_path,
+                         capture_output=True,
+                         text=True)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    train_log, test_log = (out.stdout + out.stderr).split('TOOL DONE')[:2]
+    assert 'served: ServedOps' in out.stdout  # mmcv-lite, served
+    assert f'load model from: {backbone}' in train_log
+    assert 'bbox_mAP' in train_log  # the validation after the epoch ran
+    assert 'coco/bbox_mAP:' in test_log  # test.py read the checkpoint
     trained = torch.load(ckpt, map_location='cpu', weights_only=False)
     moco = torch.load(backbone, map_location='cpu')
     # trained from the MoCo weights (one epoch moved them a little)
     conv1 = trained['state_dict']['backbone.conv1.weight']
     assert conv1.shape == moco['conv1.weight'].shape
     assert (conv1 - moco['conv1.weight']).abs().max() < 0.05
-    log = run_mmdet_tool(
-        'test', str(config), ckpt, '--work-dir', work_dir, cwd=tmp_path)
-    assert 'coco/bbox_mAP:' in log
