@@ -55,7 +55,7 @@ On a machine with CUDA it runs:
    per step.
 
 Without CUDA (or with ``--device cpu``) it runs the same code paths at toy
-sizes (ResNet-18, 16 px crops, a few iterations; the report's ``mode`` says
+sizes (ResNet-18, 32 px crops, a few iterations; the report's ``mode`` says
 so); CI runs that mode (tests/tools/test_gpu_check.py) so the script stays
 working. Each run is built from the config through mmengine
 (``Config.fromfile``, overrides, then ``RUNNERS.build`` when the config
@@ -139,15 +139,18 @@ SIZES = dict(
     cpu=dict(
         depth=18,
         width=16,  # stem and base channels (64 in ResNet-18 proper)
-        crop=16,
-        image=24,
+        # 32 px: ResNet's last stage then sees 2x2 maps (on 1x1 maps with
+        # stride 2, oneDNN 3.x's bfloat16 weight gradient reads
+        # uninitialised memory; see BF16OptimWrapper)
+        crop=32,
+        image=40,
         batch=8,
         num_splits=2,
         workers=0,
         iters=4,
         resume_iters=4,
         bench=[
-            '--backbone', 'resnet18', '--img-size', '16', '--batch', '4',
+            '--backbone', 'resnet18', '--img-size', '32', '--batch', '4',
             '--queue-size', '64', '--steps', '1', '--warmup', '0', '--threads',
             str(torch.get_num_threads())
         ],
@@ -849,7 +852,7 @@ def main(argv=None) -> dict:
         return dist_worker(args)
     size = SIZES[args.device]
     mode = (f'{args.device}: the shipped sizes' if args.device == 'cuda' else
-            'cpu: toy sizes (no CUDA device; ResNet-18, 16 px crops, a few '
+            'cpu: toy sizes (no CUDA device; ResNet-18, 32 px crops, a few '
             'iterations: the code paths, not the figures of a GPU)')
     work_dir = args.work_dir or tempfile.mkdtemp(prefix='gpu_check_')
     report = dict(

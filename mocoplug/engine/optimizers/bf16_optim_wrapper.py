@@ -8,6 +8,27 @@ from mmengine.optim import OptimWrapper
 from mocoplug.registry import OPTIM_WRAPPERS
 
 
+def check_cpu_bf16_conv(module: nn.Module, args: tuple) -> None:
+    """Refuse a strided convolution whose input is narrower than its stride
+    (with a kernel wider than 1) under CPU bfloat16 autocast: oneDNN 3.x's
+    bfloat16 weight gradient reads uninitialised memory there (NaN or 1e30
+    in the gradient at random; design_notes.md#precision)."""
+    x = args[0] if args else None
+    if not torch.is_tensor(x) or x.dim() != 4:
+        return
+    for size, stride, kernel in zip(x.shape[-2:], module.stride,
+                                    module.kernel_size):
+        if kernel > 1 and size < stride:
+            raise ValueError(
+                f'BF16OptimWrapper: a {kernel}x{kernel} convolution of '
+                f'stride {stride} gets a {x.shape[-2]}x{x.shape[-1]} input '
+                '(smaller than its stride): on CPU, oneDNN computes its '
+                'bfloat16 weight gradient from uninitialised memory. Use a '
+                'larger crop (e.g. 32 px or more for a ResNet) or train in '
+                'float32 (without --amp / optim_wrapper.type='
+                "'OptimWrapper').")
+
+
 @OPTIM_WRAPPERS.register_module()
 class BF16OptimWrapper(OptimWrapper):
     """Mixed precision with ``bfloat16`` autocast, on CPU or GPU.
@@ -18,14 +39,29 @@ class BF16OptimWrapper(OptimWrapper):
     scaling is needed: backward and step are those of ``OptimWrapper``.
     The forward runs under ``torch.autocast(dtype=torch.bfloat16)`` on the
     device of the model's parameters. MoCo's queue, similarities and loss
-    stay float32 (see ``NegativeKeyQueue`` and ``fused_info_nce``).
+    stay float32 (see ``NegativeKeyQueue`` and ``fused_info_nce``). On CPU
+    the first forward refuses a convolution oneDNN gets wrong in bfloat16
+    (:func:`check_cpu_bf16_conv`).
     """
+
+    _convs_checked = False
 
     @contextmanager
     def optim_context(self, model: nn.Module):
         """The context of :class:`OptimWrapper` plus bfloat16 autocast."""
         param = next(model.parameters(), None)
         device_type = param.device.type if param is not None else 'cpu'
-        with super().optim_context(model), torch.autocast(
-                device_type=device_type, dtype=torch.bfloat16):
-            yield
+        handles = []
+        if device_type == 'cpu' and not self._convs_checked:
+            handles = [
+                m.register_forward_pre_hook(check_cpu_bf16_conv)
+                for m in model.modules() if isinstance(m, nn.Conv2d)
+            ]
+        try:
+            with super().optim_context(model), torch.autocast(
+                    device_type=device_type, dtype=torch.bfloat16):
+                yield
+            self._convs_checked = True
+        finally:
+            for handle in handles:
+                handle.remove()
