@@ -3,76 +3,27 @@
 table.
 
     python tools/gpu_check.py            # CUDA when visible, else CPU toy mode
-    make gpu-check                       # the same (PYTHON=python3 without
-                                         # the .venv)
+    make gpu-check                       # the same
 
-On a machine with CUDA it runs:
+Steps (``--steps``; what each covers: docs/user_guides/performance.md):
+``device_tests`` (pytest ``-m device --device cuda`` on ``DEVICE_TESTS``),
+``train`` (the MoCo v2 R50 config on synthetic images: float32, AMP,
+bfloat16, channels_last, cuDNN autotuning, an lr-0 control; the loss must
+end below the control's), ``exact_resume`` (bitwise equal after a resume,
+deterministic kernels), ``benchmark`` (``benchmark.py train`` and
+``device-augment --decode``, the GPU decode repeated), ``knn`` (ImageNet
+size), ``multi_gpu`` (torchrun, one process per GPU; two gloo processes on
+a CPU) and ``detection`` (``benchmark.py detection-ops``).
 
-1. ``device_tests``: the value tests that take the ``device`` fixture
-   (queue, fused loss, momentum update, split BN, Shuffle BN key order,
-   exact resume, AMP loss; see ``DEVICE_TESTS``), under pytest with
-   ``-m device --device cuda``.
-2. ``train``: 200 iterations of
-   configs/mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py (ResNet-50, 224 px
-   crops, batch 32, K = 65536) on synthetic images
-   (``SyntheticImageDataset`` replaces ImageNet, the config's augmentation
-   is kept; ``shuffle_bn='split'`` on one GPU), ``--amp`` off and on, and a
-   control run with lr 0. Checks: every loss finite; after training the
-   loss is lower than the control's (the queue fills with real keys during
-   the first iterations, which raises the loss of any encoder, so "lower
-   than at the start" would test the queue, not the learning). Figures:
-   images/s end to end (data pipeline included), peak GPU memory. One more
-   run with ``env_cfg.cudnn_benchmark=True`` gives the figure that decides
-   that setting for fixed-size crops; bfloat16 autocast and channels-last
-   runs train the paths the other runs leave out.
-3. ``exact_resume``: 40 iterations uninterrupted against 20, resume, 20,
-   with ``randomness.deterministic=True``: the final weights, optimizer
-   state and queue must be bitwise equal, and the losses after the resume.
-4. ``benchmark``: ``benchmark.py train --device cuda``, mocoplug against
-   mmpretrain and the floor, for AMP off/on x channels_last off/on (on a
-   CPU: off/off and on/on), and off/off and on/on again with
-   ``torch.backends.cudnn.benchmark = True`` (the model step alone, the
-   figure for the cudnn_benchmark decision). Then the device
-   augmentation (``benchmark.py device-augment --decode``) and the GPU JPEG
-   decode of one batch three times between other work on the device: the
-   views must be the same each time (a decode racing the main stream would
-   corrupt them).
-5. ``knn``: ``benchmark.py knn`` at ImageNet size (1,281,167 x 2048
-   float32 memory features, 50,000 queries).
-6. ``multi_gpu``: with two or more GPUs visible, one process per GPU under
-   torchrun with NCCL (two gloo processes in the CPU mode; skipped on one
-   GPU): MoCo v2 with Shuffle BN across the GPUs and the queue's
-   all_gather, MoCo v3 with its gathered keys and SyncBN, per-rank device
-   augmentation, the exact resume (the ranks' random states gathered into
-   the checkpoint) and the sharded kNN against the kNN of the whole sets.
-   Figures: images/s per GPU, and the scaling against the same run on one
-   GPU (N x per-GPU images/s / one GPU's).
-
-7. ``detection``: ``benchmark.py detection-ops``: a training step and a
-   test pass of Faster R-CNN R50-C4 (the VOC config, SyncBN as BN) on the
-   device, with the mmcv kernels mocoplug serves (and compiled mmcv's
-   where installed). Checks: losses finite, boxes predicted. Figures: ms
-   per step.
-
-Without CUDA (or with ``--device cpu``) it runs the same code paths at toy
+Without CUDA (or with ``--device cpu``) the same code paths run at toy
 sizes (ResNet-18, 32 px crops, a few iterations; the report's ``mode`` says
-so); CI runs that mode (tests/tools/test_gpu_check.py) so the script stays
-working. Each run is built from the config through mmengine
-(``Config.fromfile``, overrides, then ``RUNNERS.build`` when the config
-names a ``runner_type``, else ``Runner.from_cfg``).
-
-On a machine without the OpenMMLab packages and without network, install
-them from local wheels first (docs/get_started.md), then::
-
-    python3 tools/gpu_check.py --out gpu_check.json --work-dir /tmp/gpu_check
-
-The report is rewritten after every step, so a run stopped at the time
-limit still brings back the steps it finished; ``--steps`` splits the
-work over several calls.
+so); CI runs that mode (tests/tools/test_gpu_check.py). The report is
+rewritten after every step, so a run stopped at a time limit keeps the
+steps it finished. Without the OpenMMLab packages and network: install
+them from local wheels first (docs/get_started.md#a-gpu-machine).
 """
 import argparse
 import gc
-import importlib.util
 import json
 import math
 import os
@@ -764,19 +715,12 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def load_tool(name: str):
-    """A script of tools/ as a module (``name``: its path without .py)."""
-    path = osp.join(ROOT, 'tools', f'{name}.py')
-    module_name = 'tools_' + name.replace('/', '_')
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def benchmark_command(name: str):
     """The module of a sub-command of tools/benchmarks/benchmark.py."""
-    return load_tool('benchmarks/benchmark').command_module(name)
+    if osp.join(ROOT, 'tools') not in sys.path:  # last: see benchmark.py
+        sys.path.append(osp.join(ROOT, 'tools'))
+    from benchmarks.benchmark import command_module
+    return command_module(name)
 
 
 # ------------------------------------------------------------------ main
