@@ -4,7 +4,9 @@ what travels through it."""
 import pickle
 import socket
 
+import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 
 def free_port() -> int:
@@ -14,9 +16,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def run_two_ranks(fn, *args) -> None:
+    """``fn(rank, *args)`` in two processes forked from this one: no fresh
+    interpreter imports torch and the OpenMMLab packages again (~8 s a
+    test with ``mp.spawn``). One torch thread each (a forked OpenMP pool is
+    not usable; ``make test`` gives each worker one thread anyway). Raises
+    as ``mp.spawn`` does. Tests of what a process does at exit keep
+    ``mp.spawn``: a forked child exits without running ``atexit``."""
+    mp.start_processes(
+        _one_thread, args=(fn, ) + args, nprocs=2, start_method='fork')
+
+
+def _one_thread(rank: int, fn, *args) -> None:
+    torch.set_num_threads(1)
+    fn(rank, *args)
+
+
 def join_gloo_group(rank: int, port: int, world_size: int = 2) -> None:
     """Join the default process group (gloo, over 127.0.0.1:port) as
-    ``rank``; call it first thing in an ``mp.spawn`` worker."""
+    ``rank``; call it first thing in a worker of :func:`run_two_ranks`."""
     dist.init_process_group(
         'gloo',
         init_method=f'tcp://127.0.0.1:{port}',

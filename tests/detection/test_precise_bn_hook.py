@@ -3,13 +3,12 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader, Dataset
 
 from mocoplug.detection import DetectionPreciseBNHook, precise_bn_stats
 from mocoplug.detection.precise_bn_hook import min_across_processes
-from ..gloo import free_port, join_gloo_group
+from ..gloo import free_port, join_gloo_group, run_two_ranks
 from ..models.utils.test_precise_bn import BNModel
 from .conftest import unique_name
 
@@ -48,7 +47,7 @@ def test_statistics_are_averaged_across_processes(tmp_path):
     """Both ranks run as many batches (the fewest any rank has, so that a
     SyncBN forward never waits for a missing rank) and end with the same
     statistics, the mean of the ranks' (1.5 * (c + 1))."""
-    mp.spawn(_two_ranks_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_two_ranks_worker, free_port(), str(tmp_path))
     for rank in range(2):
         out = torch.load(tmp_path / f'{rank}.pth')
         assert out['count'] == 2

@@ -4,7 +4,6 @@ gathering sends the features themselves, not the batches they came from."""
 import os
 
 import torch
-import torch.multiprocessing as mp
 from mmengine.model import BaseDataPreprocessor, BaseModel
 from mmengine.runner import Runner
 
@@ -13,7 +12,8 @@ from mocoplug.evaluation import (extract_feature_shard, extract_features,
                                  gather_feature_shards,
                                  sharded_weighted_knn_accuracy,
                                  weighted_knn_accuracy)
-from ..gloo import count_collective_bytes, free_port, join_gloo_group
+from ..gloo import (count_collective_bytes, free_port, join_gloo_group,
+                    run_two_ranks)
 
 IMAGES, BATCH, DIM = 21, 4, 3 * 8 * 8  # 21 images: the sampler pads one
 
@@ -102,7 +102,7 @@ def _worker(rank, port, out_dir, images=IMAGES):
 
 def test_two_ranks_shard_without_padding_and_gather_only_the_features(
         tmp_path):
-    mp.spawn(_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_worker, free_port(), str(tmp_path))
     feats, labels = expected_features()
     outs = [torch.load(tmp_path / f'{r}.pth') for r in range(2)]
     # DefaultSampler: rank 0 gets 0, 2, ..., 20, rank 1 gets 1, ..., 19
@@ -136,7 +136,7 @@ def test_a_rank_without_images_gathers_and_votes(tmp_path):
     """One image, two ranks: rank 1 gets only the sampler's padding, so
     its shard is empty, with the dtypes of rank 0's (a float32 label
     tensor there would not match the int64 ones in the gather)."""
-    mp.spawn(_worker, args=(free_port(), str(tmp_path), 1), nprocs=2)
+    run_two_ranks(_worker, free_port(), str(tmp_path), 1)
     feats, labels = expected_features(images=1)
     outs = [torch.load(tmp_path / f'{r}.pth') for r in range(2)]
     assert outs[1]['shard']['ids'].numel() == 0

@@ -6,7 +6,6 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from mocoplug.evaluation import (FeatureShard, merge_neighbours,
@@ -15,7 +14,8 @@ from mocoplug.evaluation import (FeatureShard, merge_neighbours,
 from mocoplug.evaluation.functional.knn_neighbours import PAD_ID, top_columns
 from mocoplug.evaluation.functional.sharded_weighted_knn import \
     sharded_weighted_knn_accuracy
-from ..gloo import count_collective_bytes, free_port, join_gloo_group
+from ..gloo import (count_collective_bytes, free_port, join_gloo_group,
+                    run_two_ranks)
 
 
 def sign_features(n, seed, dim=16):
@@ -231,7 +231,7 @@ def _sharded_worker(rank, port, out_dir):
 
 
 def test_two_ranks_equal_one_process_and_never_gather_the_memory(tmp_path):
-    mp.spawn(_sharded_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_sharded_worker, free_port(), str(tmp_path))
     bank, query = sign_features(BANK, seed=0), sign_features(QUERIES, seed=1)
     labels, query_labels = labels_of(BANK, 4, 2), labels_of(QUERIES, 4, 3)
     images, image_labels = bank[:LEAVE_ONE_OUT], labels[:LEAVE_ONE_OUT]

@@ -31,7 +31,7 @@ from mocoplug.engine.runner.moco_runner import \
     without_fused_sgd_under_loss_scaling
 from mocoplug.utils import leave_process_group, process_group
 from ...conftest import unique_experiment_name
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 from ...models.algorithms.test_no_host_sync import build as build_moco
 
 ROOT = osp.dirname(
@@ -324,11 +324,8 @@ def test_a_momentum_model_is_wrapped_without_buffer_broadcast(tmp_path):
     """A wrapper config without broadcast_buffers (torch's default: True):
     each rank keeps its own queue and momentum encoder statistics through
     a DDP forward; asking for True is refused."""
-    mp.spawn(
-        _wrap_moco_on_two_cpu_ranks,
-        args=(free_port(), str(tmp_path),
-              dict(type='MMDistributedDataParallel')),
-        nprocs=2)
+    run_two_ranks(_wrap_moco_on_two_cpu_ranks, free_port(), str(tmp_path),
+                  dict(type='MMDistributedDataParallel'))
     for rank in (0, 1):
         run = json.loads((tmp_path / f'{rank}.json').read_text())
         assert run == dict(

@@ -29,7 +29,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from mmengine.logging import MessageHub
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
@@ -37,7 +36,7 @@ from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCo, MoCoV3
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 from . import moco_reference as ref
 
 ATOL = 1e-10
@@ -244,7 +243,7 @@ def _worker(rank: int, port: int, version: str, out_dir: str):
 
 @pytest.mark.parametrize('version', ['v1', 'v2', 'v3'])
 def test_two_ranks_match_the_reference(version, tmp_path):
-    mp.spawn(_worker, args=(free_port(), version, str(tmp_path)), nprocs=2)
+    run_two_ranks(_worker, free_port(), version, str(tmp_path))
     for rank in range(2):
         check(torch.load(tmp_path / f'{rank}.pth'))
 

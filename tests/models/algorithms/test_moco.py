@@ -4,7 +4,6 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from mmengine.optim import OptimWrapper
 from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
@@ -13,7 +12,7 @@ from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCo, SplitBatchNorm
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 
 BACKBONE = dict(
     type='ResNet',
@@ -416,7 +415,7 @@ def _shuffle_bn_worker(rank: int, port: int, out_dir: str):
 def test_ddp_shuffle_bn_on_two_ranks(tmp_path):
     """Each rank encodes a shuffled half of the global key batch and gets
     back the keys of its own images, in order."""
-    mp.spawn(_shuffle_bn_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_shuffle_bn_worker, free_port(), str(tmp_path))
     torch.manual_seed(0)
     model = tiny_moco(shuffle_bn='ddp')
     images = torch.randn(2, 4, 3, 32, 32).view(8, 3, 32, 32)

@@ -5,7 +5,6 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from mmengine.logging import MessageHub
 from mmengine.optim import OptimWrapper
@@ -14,7 +13,7 @@ from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCoV3
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 from .test_moco import parity_eps
 
 RESNET = dict(
@@ -373,7 +372,7 @@ def test_in_batch_negatives_gathered_across_two_ranks(tmp_path):
     """On 2 gloo ranks each query is contrasted with the keys of the whole
     global batch (8), its positive at index i + N * rank: the official
     CE(q k_all^T / tau, arange(N) + N * rank) * 2 tau, both terms."""
-    mp.spawn(_two_rank_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_two_rank_worker, free_port(), str(tmp_path))
     tau = 0.2
     torch.manual_seed(0)
     model = tiny_mocov3(temperature=tau)

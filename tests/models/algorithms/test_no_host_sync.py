@@ -28,7 +28,6 @@ from typing import List
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from mmengine.logging import MessageHub
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
@@ -38,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCo, MoCoV3
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 
 Tensor = torch.Tensor
 READS = {
@@ -214,7 +213,7 @@ def _worker(rank: int, port: int, version: str, out_dir: str):
 def test_two_ranks_make_no_host_sync(version, tmp_path):
     """Shuffle BN across ranks (v2), the gathered keys and ids (v2,
     v3)."""
-    mp.spawn(_worker, args=(free_port(), version, str(tmp_path)), nprocs=2)
+    run_two_ranks(_worker, free_port(), version, str(tmp_path))
     for rank in range(2):
         result = torch.load(tmp_path / f'{rank}.pth')
         assert result['syncs'] == [], rank

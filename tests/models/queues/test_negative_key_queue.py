@@ -3,11 +3,10 @@ import os
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from mocoplug.models import NegativeKeyQueue
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
-from ...gloo import free_port, join_gloo_group
+from ...gloo import free_port, join_gloo_group, run_two_ranks
 
 
 def reference_queue(queue: NegativeKeyQueue, batches):
@@ -268,7 +267,7 @@ def _gather_worker(rank: int, world_size: int, port: int, out_dir: str):
 
 
 def test_gather_leaves_identical_queues_on_two_ranks(tmp_path):
-    mp.spawn(_gather_worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
+    run_two_ranks(_gather_worker, 2, free_port(), str(tmp_path))
     q0 = torch.load(tmp_path / '0.pth')
     q1 = torch.load(tmp_path / '1.pth')
     for name in ('keys', 'ptr', 'ids'):
