@@ -20,8 +20,9 @@ def check_cpu_bf16_conv(module: nn.Module, args: tuple) -> None:
                                     module.kernel_size):
         if kernel > 1 and size < stride:
             raise ValueError(
-                f'BF16OptimWrapper: a {kernel}x{kernel} convolution of '
-                f'stride {stride} gets a {x.shape[-2]}x{x.shape[-1]} input '
+                'BF16OptimWrapper: a {}x{} convolution of stride {}x{} '
+                'gets a {}x{} input '.format(*module.kernel_size, *
+                                             module.stride, *x.shape[-2:]) +
                 '(smaller than its stride): on CPU, oneDNN computes its '
                 'bfloat16 weight gradient from uninitialised memory. Use a '
                 'larger crop (e.g. 32 px or more for a ResNet) or train in '

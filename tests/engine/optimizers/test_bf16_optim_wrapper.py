@@ -21,7 +21,7 @@ def test_input_narrower_than_the_stride_is_refused(shape):
     wrapper, net = wrapper_and_net(stride=3 if shape == (2, 2) else 2)
     with pytest.raises(
             ValueError,
-            match=r'3x3 convolution of stride \d '
+            match=r'3x3 convolution of stride \dx\d '
             rf'gets a {shape[0]}x{shape[1]} input'):
         with wrapper.optim_context(net):
             net(torch.randn(2, 3, *shape))
