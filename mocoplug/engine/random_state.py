@@ -1,13 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The global random state of a process, in checkpoint-safe types.
-
-Python's ``random``, NumPy's global generator, torch's CPU generator and the
-generator of the process's current CUDA device (with its index; restored
-into the resuming rank's current device) are captured as tensors, ints and
-floats only, so a checkpoint still loads with ``weights_only=True`` (see
-:mod:`mocoplug_site.checkpoint`). :func:`set_random_state` also reads the
-older format, a list of every visible device's generator.
-"""
+"""The global random state of a process, in checkpoint-safe types (tensors,
+ints and floats, so a checkpoint loads with ``weights_only=True``)."""
 import random
 from typing import Any, Dict, List, Optional
 
@@ -16,20 +9,17 @@ import torch
 
 
 def cuda_device_to_save() -> Optional[int]:
-    """The CUDA device whose generator this process saves, or None.
-
-    None unless CUDA is initialised in this process: a process that never
-    touched CUDA has drawn nothing there, and reading a generator would
-    create a CUDA context for nothing.
-    """
+    """The CUDA device whose generator this process saves; None unless CUDA
+    is initialised here (nothing drawn, and reading would create a
+    context)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.current_device()
     return None
 
 
 def cuda_device_to_restore() -> Optional[int]:
-    """The CUDA device a saved generator is restored into, or None without
-    CUDA: this process's current device."""
+    """The CUDA device a saved generator is restored into (the current one),
+    or None without CUDA."""
     if torch.cuda.is_available():
         return torch.cuda.current_device()
     return None
@@ -39,20 +29,17 @@ def get_random_state() -> Dict[str, Any]:
     """Capture the global random state of this process.
 
     Returns:
-        dict: ``python``, ``numpy``, ``torch`` and ``cuda`` entries made of
-        tensors, ints, floats, None and lists. ``cuda`` is
-        ``dict(device=index, state=tensor)`` for this process's own device,
-        or None when CUDA is not in use.
+        dict: ``python``, ``numpy``, ``torch`` and ``cuda`` entries; ``cuda``
+        is ``dict(device=index, state=tensor)`` of the current device, or
+        None when CUDA is not in use.
     """
     version, words, gauss_next = random.getstate()
     kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     if kind != 'MT19937':  # numpy's legacy global generator is always MT
         raise RuntimeError(f'unexpected numpy global generator {kind!r}')
     device = cuda_device_to_save()
-    cuda = None
-    if device is not None:
-        cuda = dict(
-            device=int(device), state=torch.cuda.get_rng_state(device).clone())
+    cuda = None if device is None else dict(
+        device=int(device), state=torch.cuda.get_rng_state(device).clone())
     return dict(
         python=dict(
             version=int(version),
@@ -69,15 +56,9 @@ def get_random_state() -> Dict[str, Any]:
 
 def _own_state_of_list(states: List[torch.Tensor],
                        device: int) -> Optional[torch.Tensor]:
-    """This rank's generator in an older checkpoint's list of every
-    visible device's generator, or None when it cannot be told.
-
-    One entry: the saving process saw one device, its own. As many entries
-    as devices visible now: the list is indexed like this machine's devices
-    (what the older code assumed when it restored the list by index), so
-    the entry of the current device is this rank's. Otherwise the saving
-    rank's device index is unknown.
-    """
+    """This rank's generator in an older checkpoint's list of every visible
+    device's: the only entry, or the current device's when the list has
+    one per visible device; otherwise None (unknown)."""
     if len(states) == 1:
         return states[0]
     if len(states) == torch.cuda.device_count() and device < len(states):
@@ -86,13 +67,8 @@ def _own_state_of_list(states: List[torch.Tensor],
 
 
 def set_random_state(state: Dict[str, Any]) -> List[str]:
-    """Restore a state captured by :func:`get_random_state`.
-
-    Tensors may come back on another device (``Runner.resume`` maps a
-    checkpoint onto the GPU); they are moved to the CPU first. The saved
-    CUDA generator goes to this process's current device. An older state's
-    list of every visible device's generator is read as described in
-    :func:`_own_state_of_list`.
+    """Restore a state captured by :func:`get_random_state` (or an older
+    one's list of generators), the CUDA one into the current device.
 
     Args:
         state (dict): The captured state.

@@ -1,17 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Make ``--resume`` continue bit-identically to an uninterrupted run.
 
-mmengine 0.10.7 restores the model, optimizer, schedulers and message hub
-but not the random streams (augmentations, the SplitBN key shuffle...).
-This hook snapshots them at a fixed point (an epoch end, or an iteration
-whose checkpoint is being saved) and applies the snapshot, in the
-uninterrupted run and in the resumed one, just before the next batch is
-loaded (``num_workers=0``) or the next step runs (workers); dataloader
-workers re-seed from (seed, epoch, rank, worker id) every epoch
-(:class:`~mocoplug.datasets.transforms.ReseedWorkerPerEpoch`). What is
-exact under which settings, and why: docs/design_notes.md#exact-resume.
-A checkpoint whose model tensors do not all fit the model is refused
-before training (:mod:`mocoplug.utils.resume_fit`).
+mmengine 0.10.7 does not restore the random streams; this hook snapshots
+them at an epoch end (or a checkpointed iteration) and applies the snapshot
+in both runs just before the next batch is loaded or the next step runs.
+Why and under which settings: docs/design_notes.md#exact-resume.
 """
 import os
 import platform
@@ -28,7 +21,7 @@ from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
 from mocoplug.utils.resume_fit import check_resume_fits
 from ..random_state import get_random_state, set_random_state
-from .checkpoint_schedule import checkpoint_due
+from .runner_info import checkpoint_due
 
 STATE_KEY = 'resume_state'
 STATE_VERSION = 2  # 2: with the kernel settings
@@ -60,13 +53,8 @@ def cpu_model() -> str:
 
 
 def kernel_settings() -> Dict[str, Any]:
-    """What, besides their inputs, decides how this process's kernels round.
-
-    A float sum split over another number of threads, or computed by
-    another instruction set, torch release, CPU or GPU model, differs in
-    its last bits, and a training run amplifies such a difference (see
-    docs/design_notes.md#exact-resume): a resume is bit-identical only
-    under the settings the checkpoint was written with.
+    """What, besides their inputs, decides how this process's kernels round
+    (docs/design_notes.md#exact-resume).
 
     Returns:
         dict: strings, ints and bools only (``weights_only`` loadable).
@@ -88,10 +76,20 @@ def kernel_settings() -> Dict[str, Any]:
     return settings
 
 
+def _warn(message: str) -> None:
+    print_log(f'ExactResumeHook: {message}', logger='current', level=30)
+
+
+def _loop_kind(loop) -> str:
+    """'iter', 'epoch' or 'other'."""
+    if isinstance(loop, IterBasedTrainLoop):
+        return 'iter'
+    return 'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other'
+
+
 class _ApplyBeforeNext:
-    """Wraps IterBasedTrainLoop's dataloader iterator: lets mmengine's skip
-    of the iterations already done pass, then applies the hook's pending
-    snapshot before each batch is loaded."""
+    """IterBasedTrainLoop's dataloader iterator, applying the pending
+    snapshot before each batch after the ``skip`` replayed ones."""
 
     def __init__(self, iterator: Iterator, hook: 'ExactResumeHook',
                  skip: int) -> None:
@@ -115,20 +113,16 @@ class ExactResumeHook(Hook):
     """Save the random state in checkpoints and restore it on resume so the
     continuation is bit-identical to an uninterrupted run.
 
-    The checkpoint gets a ``resume_state`` entry (tensors, ints, floats,
-    strings and lists only, so it loads with ``weights_only=True``): per
-    rank, the state of Python's ``random``, NumPy, torch's CPU generator and
-    the rank's CUDA device, plus the sampler seed, loop kind,
-    ``num_workers``, world size and :func:`kernel_settings`. On resume a
-    checkpoint whose model tensors do not fit the model is refused first;
-    then the log says whether the continuation is bit-identical, and if not
-    why (a warning naming each difference and its fix). Enabled in
-    ``configs/_base_/default_runtime.py``.
+    The checkpoint gets a ``resume_state`` entry (``weights_only``
+    loadable): every rank's :func:`get_random_state`, the sampler seed,
+    loop kind, ``num_workers``, world size and :func:`kernel_settings`. On
+    resume a checkpoint whose model tensors do not fit the model is refused
+    (:mod:`mocoplug.utils.resume_fit`); then the log says whether the
+    continuation is bit-identical, or warns with each difference and its
+    fix.
     """
 
-    # After every LOW hook (e.g. KNNMonitorHook) and before CheckpointHook
-    # (VERY_LOW = 90) in after_train_epoch/after_train_iter; after
-    # DistSamplerSeedHook (NORMAL) in before_train_epoch.
+    # after LOW hooks (KNNMonitorHook), before CheckpointHook (VERY_LOW = 90)
     priority = 89
 
     def __init__(self) -> None:
@@ -137,7 +131,6 @@ class ExactResumeHook(Hook):
         self._seeder: Optional[ReseedWorkerPerEpoch] = None
         self._mode = 'epoch'
 
-    # ---- the two points: take a snapshot, apply it -------------------
     def apply_pending(self) -> None:
         """Restore the pending snapshot, if any (both runs)."""
         if self._pending is None:
@@ -145,54 +138,37 @@ class ExactResumeHook(Hook):
         missing = set_random_state(self._pending)
         self._pending = None
         if missing:
-            print_log(
-                f'ExactResumeHook: could not restore {", ".join(missing)}; '
-                f'{NOT_EXACT}.',
-                logger='current',
-                level=30)
+            _warn(f'could not restore {", ".join(missing)}; {NOT_EXACT}.')
 
     def _take_snapshot(self, runner: Runner, epoch: int, iteration: int,
                        gather: bool) -> None:
-        state = get_random_state()
-        self._pending = state
-        ranks = [state]
-        if gather and get_world_size() > 1:
-            ranks = all_gather_object(state)
+        self._pending = state = get_random_state()
+        gather = gather and get_world_size() > 1
+        ranks = all_gather_object(state) if gather else [state]
         self._snapshot = dict(epoch=epoch, iter=iteration, ranks=ranks)
 
-    # ---- training ------------------------------------------------------
     def before_train(self, runner: Runner) -> None:
-        loop = runner.train_loop
-        if isinstance(loop, IterBasedTrainLoop):
-            self._mode = 'iter'
-        elif isinstance(loop, EpochBasedTrainLoop):
-            workers = getattr(loop.dataloader, 'num_workers', 0)
-            self._mode = 'epoch-workers' if workers > 0 else 'epoch'
-            if workers > 0:
-                self._install_seeder(runner)
-        else:
-            self._mode = 'other'
+        self._mode = _loop_kind(runner.train_loop)
+        if self._mode == 'epoch' and getattr(runner.train_loop.dataloader,
+                                             'num_workers', 0) > 0:
+            self._mode = 'epoch-workers'
+            self._install_seeder(runner)
 
     def _install_seeder(self, runner: Runner) -> None:
         loader = runner.train_loop.dataloader
         transforms = dataset_transforms(loader.dataset)
         if transforms is None:
             if getattr(loader, 'persistent_workers', False):
-                print_log(
-                    'ExactResumeHook: the training dataset has no pipeline '
-                    'to re-seed persistent workers per epoch; after a '
-                    f'resume {NOT_EXACT}. Set persistent_workers=False '
-                    '(or --no-persistent-workers) for exact resumes.',
-                    logger='current',
-                    level=30)
+                _warn('the training dataset has no pipeline to re-seed '
+                      f'persistent workers per epoch; after a resume '
+                      f'{NOT_EXACT}. Set persistent_workers=False (or '
+                      '--no-persistent-workers) for exact resumes.')
             return
-        if transforms and isinstance(transforms[0], ReseedWorkerPerEpoch):
-            self._seeder = transforms[0]
-        else:
-            self._seeder = ReseedWorkerPerEpoch(
-                seed=runner.seed, rank=get_rank())
-            transforms.insert(0, self._seeder)
-        # (a seeder the config names holds its own, default, seed and rank)
+        if not (transforms
+                and isinstance(transforms[0], ReseedWorkerPerEpoch)):
+            transforms.insert(0, ReseedWorkerPerEpoch())
+        self._seeder = transforms[0]
+        # a seeder the config names holds the default seed and rank
         self._seeder.seed, self._seeder.rank = int(runner.seed), get_rank()
 
     def before_train_epoch(self, runner: Runner) -> None:
@@ -217,30 +193,26 @@ class ExactResumeHook(Hook):
                          batch_idx: int,
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
-        if self._mode == 'iter':
-            if checkpoint_due(runner, by_epoch=False):
-                self._take_snapshot(
-                    runner, runner.epoch, runner.iter + 1, gather=True)
+        if self._mode == 'iter' and checkpoint_due(runner, by_epoch=False):
+            self._take_snapshot(
+                runner, runner.epoch, runner.iter + 1, gather=True)
 
     def after_train_epoch(self, runner: Runner) -> None:
         if self._mode in ('epoch', 'epoch-workers'):
-            # every epoch (cheap), so the stream does not depend on the
-            # checkpoint interval; gathered across ranks only when saved
+            # every epoch, so the streams do not depend on the interval
             self._take_snapshot(
                 runner,
                 runner.epoch + 1,
                 runner.iter,
                 gather=checkpoint_due(runner, by_epoch=True))
 
-    # ---- checkpoints ---------------------------------------------------
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         meta = checkpoint.get('meta', {})
         snapshot = self._snapshot
         position = (meta.get('epoch'), meta.get('iter'))
         if snapshot is None or \
                 (snapshot['epoch'], snapshot['iter']) != position:
-            # saved elsewhere (mid-epoch, or by another hook): this state
-            # is only the saving rank's, taken now
+            # saved elsewhere (mid-epoch, another hook): this rank's, now
             snapshot = dict(
                 epoch=meta.get('epoch'),
                 iter=meta.get('iter'),
@@ -264,18 +236,13 @@ class ExactResumeHook(Hook):
             ranks=snapshot['ranks'])
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        # Runner.load_checkpoint calls this before it loads the model, and
-        # (priority 89) after hooks that edit the checkpoint, e.g. EMAHook.
+        # before the model is loaded, after hooks that edit it (EMAHook)
         if not getattr(runner, '_resume', False):
             return  # load_from (fine-tuning, evaluation): nothing to resume
         check_resume_fits(runner.model, checkpoint)  # DDP unwrapped there
         problems = self._resume_problems(runner, checkpoint)
         if problems:
-            print_log(
-                'ExactResumeHook: ' + '; '.join(problems) + f'; {NOT_EXACT}.',
-                logger='current',
-                level=30)
-            return
+            return _warn('; '.join(problems) + f'; {NOT_EXACT}.')
         state = checkpoint[STATE_KEY]
         self._pending = state['ranks'][get_rank()]
         self._snapshot = None
@@ -293,9 +260,8 @@ class ExactResumeHook(Hook):
             logger='current')
 
     def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
-        """Why this checkpoint cannot continue exactly (empty when it can).
-
-        Also restores the sampler seed when it differs and can be set."""
+        """Why this checkpoint cannot continue exactly (empty when it can);
+        restores the sampler seed where it can."""
         state = checkpoint.get(STATE_KEY)
         if state is None:
             return [
@@ -306,8 +272,7 @@ class ExactResumeHook(Hook):
             ]
         loop = runner.train_loop
         problems = []
-        mode = ('iter' if isinstance(loop, IterBasedTrainLoop) else
-                'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other')
+        mode = _loop_kind(loop)
         if mode == 'other':
             problems.append(f'{type(loop).__name__} is not supported (only '
                             'EpochBasedTrainLoop and IterBasedTrainLoop)')

@@ -14,21 +14,13 @@ from mocoplug.registry import HOOKS
 class KNNMonitorHook(Hook):
     """Evaluate weighted kNN top-1 of the backbone during pretraining.
 
-    Every ``interval`` epochs (or iterations with ``by_epoch=False``) the
-    backbone encodes a labelled memory set and a labelled query set, and
-    each query is classified by the weighted vote of its k nearest memory
-    features (`Wu et al., CVPR 2018 <https://arxiv.org/abs/1805.01978>`_,
-    the monitor used in `MoCo <https://arxiv.org/abs/1911.05722>`_'s
-    ablations). Labels never reach the training loss. The accuracies (in
-    percent) are logged and written to the visualizer backends as
-    ``knn/top1_k{k}``, so ``tools/analysis_tools/plot_curves.py`` can draw
-    them. Neither the official MoCo code nor mmpretrain monitors kNN during
-    pretraining.
-
-    In a distributed run every rank encodes its share of both sets and
-    keeps it on its device; the neighbours are searched shard by shard and
-    merged (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`), so
-    no rank gathers the memory and all ranks work and log the same figures.
+    Every ``interval`` epochs (or iterations) each query image is classified
+    by the weighted vote of its k nearest memory features (`Wu et al., CVPR
+    2018 <https://arxiv.org/abs/1805.01978>`_, the monitor of `MoCo
+    <https://arxiv.org/abs/1911.05722>`_'s ablations); the accuracies (%)
+    are logged and written to the visualizer as ``knn/top1_k{k}``. Each
+    rank keeps its share of the features
+    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
 
     Args:
         memory_dataloader (dict | DataLoader): Labelled images whose
@@ -68,12 +60,11 @@ class KNNMonitorHook(Hook):
 
     def before_train(self, runner: Runner) -> None:
         """Build the two dataloaders once."""
-        if isinstance(self.memory_dataloader, dict):
-            self.memory_dataloader = runner.build_dataloader(
-                self.memory_dataloader, seed=runner.seed)
-        if isinstance(self.query_dataloader, dict):
-            self.query_dataloader = runner.build_dataloader(
-                self.query_dataloader, seed=runner.seed)
+        for name in ('memory_dataloader', 'query_dataloader'):
+            loader = getattr(self, name)
+            if isinstance(loader, dict):
+                setattr(self, name,
+                        runner.build_dataloader(loader, seed=runner.seed))
         if self.num_classes is None:
             classes = self.memory_dataloader.dataset.metainfo.get('classes')
             if not classes:
@@ -82,11 +73,9 @@ class KNNMonitorHook(Hook):
                     'in its metainfo; set num_classes in the hook config')
             self.num_classes = len(classes)
 
-    def evaluate(self, runner: Runner, step: int) -> Dict[str, float]:
+    def evaluate(self, runner: Runner, step: int) -> None:
         """Run the kNN evaluation now and log it at ``step`` (the number of
         finished training iterations)."""
-        # Each rank keeps the features it computed, on its device; the
-        # ranks find the neighbours together and agree on the figures.
         bank = extract_feature_shard(runner.model, self.memory_dataloader)
         query = extract_feature_shard(runner.model, self.query_dataloader)
         metrics = self.last_metrics = sharded_weighted_knn_accuracy(
@@ -98,7 +87,6 @@ class KNNMonitorHook(Hook):
         runner.logger.info(
             f'kNN (weighted, t={self.temperature}) at iteration {step}: '
             f'{figures}')
-        return metrics
 
     def after_train_epoch(self, runner: Runner) -> None:
         if self.by_epoch and (self.every_n_epochs(runner, self.interval)

@@ -1,6 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Checks of a MoCo training setup that need the dataloader or the number of
-processes, run before the first batch is loaded."""
+processes."""
 import logging
 from typing import Iterator, List, Optional
 
@@ -18,20 +18,16 @@ from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 
 from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
-from .learning_rate import current_lrs
 from .momentum_update_hook import MomentumUpdateHook
+from .runner_info import current_lrs, schedule_facts
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
 
 
 def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
-    """``shuffle_bn='split'``: every batch, the last one of a pass over the
-    data included, must hold at least ``num_splits`` images per process.
-
-    Without ``drop_last`` the last batch holds what is left of this
-    process's (padded) share; with an ``InfiniteSampler`` every batch is
-    full. An uneven batch trains correctly (slower) and gets a warning.
-    """
+    """``shuffle_bn='split'``: every batch, the last one of a pass included,
+    must hold at least ``num_splits`` images per process; a batch that
+    ``num_splits`` does not divide gets a warning."""
     if getattr(model, 'shuffle_bn', None) != 'split':
         return
     splits = model.num_splits
@@ -77,9 +73,7 @@ EQUAL_SHARES = ("sampler=dict(type='DefaultSampler', shuffle=True) (its "
 
 
 def gathers(model: nn.Module) -> List[str]:
-    """What of ``model`` exchanges tensors of one shape between processes
-    (``all_gather``): Shuffle BN across processes, the queue's gathered
-    keys, MoCo v3's in-batch keys."""
+    """What of ``model`` gathers tensors of one shape across processes."""
     found = []
     if getattr(model, 'shuffle_bn', None) == 'ddp':
         found.append("model.shuffle_bn='ddp'")
@@ -93,15 +87,10 @@ def gathers(model: nn.Module) -> List[str]:
 
 def check_equal_batches(model: nn.Module, loader: DataLoader,
                         world_size: int) -> None:
-    """Several processes: every one of them must hold a batch of the same
-    size at every step, the last one of a pass over the data included.
-
-    Shuffle BN, the queue and MoCo v3 ``all_gather`` every process's batch,
-    and with unequal batches NCCL would hang, not fail. ``DefaultSampler``
-    (``round_up=True``), ``InfiniteSampler`` and ``RepeatAugSampler``
-    batched by the loader's ``batch_size`` give equal batches; any other
-    sampler or batch sampler is refused before training.
-    """
+    """Several processes whose batches the model gathers (unequal ones would
+    hang NCCL) must hold equal batches at every step: only
+    ``DefaultSampler`` (``round_up=True``), ``InfiniteSampler`` and
+    ``RepeatAugSampler`` under a plain ``BatchSampler`` are accepted."""
     if world_size <= 1:
         return
     reasons = gathers(model)
@@ -133,35 +122,27 @@ def check_equal_batches(model: nn.Module, loader: DataLoader,
             'train_dataloader.')
 
 
-def _transforms(obj, depth: int = 0) -> Iterator:
-    """Every transform of a pipeline, nested ones (``Compose``,
-    ``MultiView``, ``RandomApply``...) included."""
+def iter_transforms(obj, depth: int = 0) -> Iterator:
+    """Every transform of a pipeline or list of transforms, nested ones
+    (``Compose``, ``MultiView``, ``RandomApply``...) included."""
+    if isinstance(obj, (list, tuple)):
+        for child in obj:
+            yield from iter_transforms(child, depth)
+        return
     yield obj
     if depth > 8:
         return
     for attr in ('transforms', 'pipelines'):
         children = getattr(obj, attr, None)
-        if children is None:
-            continue
-        if not isinstance(children, (list, tuple)):
-            children = [children]
-        for child in children:
-            yield from _transforms(child, depth + 1)
+        if children is not None:
+            yield from iter_transforms(children, depth + 1)
 
 
 def check_sample_idx(model: nn.Module, dataset) -> None:
-    """``exclude_same_instance=True`` needs a unique ``sample_idx`` per image
-    in every data sample: set by mmengine's ``BaseDataset.get_data_info``
-    and kept by mmpretrain's ``PackInputs`` when ``'sample_idx'`` is in its
-    ``meta_keys`` (it is by default).
-
-    Refused: a dataset not derived from ``BaseDataset``; a concatenation of
-    datasets (each numbers its images from 0, so ids collide); a
-    ``PackInputs`` without ``'sample_idx'``. Wrappers that map back to one
-    dataset (``RepeatDataset``, ``ClassBalancedDataset``) are fine. A
-    pipeline without mmpretrain's ``PackInputs`` cannot be checked here
-    (logged); the model then checks every batch.
-    """
+    """``exclude_same_instance=True`` needs a unique ``sample_idx`` per image:
+    refuse a concatenation of datasets, a dataset not derived from
+    ``BaseDataset`` and a ``PackInputs`` without ``'sample_idx'``; without
+    a ``PackInputs`` the model checks every batch."""
     queue = getattr(model, 'queue', None)
     if not getattr(queue, 'exclude_same_instance', False):
         return
@@ -182,7 +163,7 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
             'derived from mmengine.dataset.BaseDataset: derive it from '
             'BaseDataset or set exclude_same_instance=False.')
     packs: List[PackInputs] = [
-        t for t in _transforms(base.pipeline) if isinstance(t, PackInputs)
+        t for t in iter_transforms(base.pipeline) if isinstance(t, PackInputs)
     ]
     if not packs:
         print_log(
@@ -201,9 +182,8 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
 
 
 def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
-    """MoCo v3 on several GPUs normalises with SyncBN everywhere (the paper
-    and the official code); warn about every other BatchNorm layer of the
-    trained branch. Returns their names."""
+    """Warn about MoCo v3's BatchNorm layers that are not SyncBN on several
+    GPUs (the paper's code uses SyncBN everywhere). Returns their names."""
     if type(model).__name__ != 'MoCoV3' or world_size <= 1:
         return []
     plain = [
@@ -238,36 +218,18 @@ def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
             "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo v3).")
 
 
-#: Most keys of every training image the queue may hold before the check
-#: warns (configs/mocov2/README.md, "Your own folder").
+#: Keys of every image the queue may hold (configs/mocov2/README.md).
 MAX_QUEUE_KEYS_PER_IMAGE = 4
-
-
-def schedule_facts(runner: Runner) -> str:
-    """'total batch 64, 95.0 epochs of 194 images' for the training
-    loader (what is known of it)."""
-    loader = runner.train_dataloader
-    batch = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
-    try:
-        images = len(unwrap_dataset(loader.dataset))
-    except TypeError:
-        return f'total batch {batch}'
-    epochs = runner.max_iters * batch / max(images, 1)
-    return f'total batch {batch}, {epochs:.1f} epochs of {images} images'
 
 
 def warn_dataset_size(model: nn.Module,
                       num_images: int,
                       max_iters: int,
                       schedule: Optional[str] = None) -> List[str]:
-    """Log the number of training images and iterations, the queue's keys
-    per image, ``schedule`` and where the encoders start; warn when the
-    queue holds more than ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image
-    (unless ``exclude_same_instance``), the folder config's rule. Whether
-    a run learns is checked while it trains (RepresentationHealthHook's
-    not-learning check): on real photographs neither the number of images
-    nor of iterations alone told (configs/mocov2/README.md, "Your own
-    folder"). Returns the warnings."""
+    """Log the images, iterations, queue keys per image, ``schedule`` and
+    where the encoders start; warn when the queue holds more than
+    ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image (unless
+    ``exclude_same_instance``). Returns the warnings."""
     facts = [f'{num_images} training images', f'{max_iters} iterations']
     warnings = []
     queue = getattr(model, 'queue', None)
@@ -297,18 +259,10 @@ def warn_dataset_size(model: nn.Module,
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup before the first batch is loaded.
 
-    What depends on the dataloader or the number of processes (the model
-    checks its own modules when built) is checked in ``before_train``,
-    before any image is read, with an error naming the field and the fix:
-    equal batch sizes across processes when the model gathers them
-    (:func:`check_equal_batches`), ``num_splits`` vs the batch
-    (:func:`check_split_batch`), unique ``sample_idx`` for
-    ``exclude_same_instance`` (:func:`check_sample_idx`), SyncBN for MoCo
-    v3 on several GPUs (a warning, :func:`warn_without_sync_bn`), a
-    registered ``MomentumUpdateHook`` (:func:`check_momentum_hook`) and the
-    queue against the number of images (logged, a warning:
-    :func:`warn_dataset_size`). Other models are left alone. On in
-    ``configs/_base_/default_runtime.py``.
+    In ``before_train``, with errors naming the field and the fix: the
+    functions of this module (equal batches, ``num_splits``,
+    ``sample_idx``, SyncBN, ``MomentumUpdateHook``, the queue against the
+    number of images). Other models are left alone.
     """
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train

@@ -22,29 +22,21 @@ class MomentumUpdateHook(Hook):
     .. math::
         \theta_k \leftarrow m \theta_k + (1 - m) \theta_q
 
-    with **m the paper's momentum**: ``momentum=0.999`` keeps 99.9% of the
-    key encoder (`MoCo <https://arxiv.org/abs/1911.05722>`_, Sec. 3.2).
-    Note that mmpretrain's built-in MoCo/MoCoV3 and mmengine's EMA take the
-    opposite convention (``momentum=0.001`` there is m = 0.999 here); values
-    below 0.5 are refused as a likely mix-up.
+    with **m the paper's momentum** (`MoCo
+    <https://arxiv.org/abs/1911.05722>`_, Sec. 3.2): ``momentum=0.999``
+    keeps 99.9% of the key encoder; values below 0.5 (mmpretrain's and
+    mmengine's EMA convention) are refused.
 
-    Schedules:
+    Schedules: ``'constant'`` (MoCo v1/v2), or ``'cosine'`` from
+    ``momentum`` to ``end_momentum`` as in `MoCo v3
+    <https://arxiv.org/abs/2104.02057>`_:
+    :math:`m_t = m_{end} - (m_{end} - m_0)(\cos(\pi t / T) + 1) / 2`, with
+    T ``runner.max_iters`` and t = i + 1 after iteration i (as the official
+    code, whose update starts iteration t).
 
-    - ``'constant'``: m = ``momentum`` (MoCo v1/v2, 0.999).
-    - ``'cosine'``: m anneals from ``momentum`` to ``end_momentum`` (1 by
-      default) as in `MoCo v3 <https://arxiv.org/abs/2104.02057>`_:
-      :math:`m_t = m_{end} - (m_{end} - m_0)(\cos(\pi t / T) + 1) / 2`,
-      with t the step and T ``runner.max_iters``. The update after
-      iteration ``i`` (0-based) prepares the key encoder of iteration
-      ``i + 1`` and uses t = i + 1, which matches the official code (there
-      the update sits at the start of iteration t). t comes from
-      ``runner.iter``, so a resumed run continues the schedule.
-
-    Only parameters are averaged (one fused ``torch._foreach_lerp_``); the
-    key encoder's BN statistics stay its own, as in the official code
-    (docs/design_notes.md). The update runs once per real optimizer step
-    (gradient accumulation), on wrapped or bare models, and counts itself
-    in ``num_updates``. Outside a Runner, call :meth:`attach` once and
+    Only parameters are averaged, once per real optimizer step
+    (docs/design_notes.md, "The momentum update"); ``num_updates`` counts
+    the updates. Outside a Runner, call :meth:`attach` once and
     :meth:`update` after every optimizer step.
 
     Args:
@@ -125,9 +117,8 @@ class MomentumUpdateHook(Hook):
             raise RuntimeError('MomentumUpdateHook.update() before attach()')
         if momentum < 1.0:
             torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
-            # CUDA's fused foreach kernels leave the tensors' in-place write
-            # counters as they were (CPU's per-tensor fallback bumps them);
-            # the model's missing-hook check reads those counters.
+            # CUDA's foreach kernels do not bump the counters the model's
+            # missing-hook check reads
             torch.autograd.graph.increment_version(self._target)
         self.num_updates += 1
 
@@ -144,8 +135,8 @@ class MomentumUpdateHook(Hook):
 
 
 def _optimizer_stepped(optim_wrapper) -> bool:
-    """Whether the last ``update_params`` stepped the optimizer (False for
-    the accumulating iterations of gradient accumulation)."""
+    """Whether the last ``update_params`` stepped the optimizer (not when
+    accumulating gradients)."""
     wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
     if wrappers is not None:  # OptimWrapperDict
         return any(_optimizer_stepped(w) for w in wrappers.values())

@@ -8,8 +8,7 @@ from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import HOOKS
-from .checkpoint_schedule import checkpoint_due
-from .learning_rate import current_lrs
+from .runner_info import checkpoint_due, current_lrs
 
 ADVICE = (
     'What to try: a lower learning rate (optim_wrapper.optimizer.lr); a '
@@ -30,13 +29,8 @@ class NonFiniteLossHook(Hook):
     """Stop training at the first iteration whose loss is NaN or infinite,
     and never let a checkpoint of non-finite weights be written.
 
-    The error names the iteration (and epoch), the last finite loss, the
-    learning rate, the latest checkpoint and what to try. It reads the
-    losses ``RuntimeInfoHook`` already moved to the host, before
-    ``CheckpointHook``, so ``last_checkpoint`` keeps naming the last finite
-    checkpoint; before every save it also checks the model's floating
-    parameters and buffers (one host sync per checkpoint). Each rank checks
-    its own loss. Design: docs/design_notes.md#non-finite-loss.
+    The error names the iteration, the last finite loss, the lr, the latest
+    checkpoint and what to try. Design: docs/design_notes.md#non-finite-loss.
 
     Args:
         check_weights_before_save (bool): Whether to check the model state
@@ -67,48 +61,35 @@ class NonFiniteLossHook(Hook):
                 self.last_finite_iter = runner.iter + 1
         if self.check_weights_before_save and checkpoint_due(
                 runner, by_epoch=False):
-            self._check_weights(runner, self._model_state(runner),
-                                self._where(runner, batch_idx))
-            self._verified_iter = runner.iter
+            self._check_weights(runner, self._where(runner, batch_idx))
 
     def after_train_epoch(self, runner: Runner) -> None:
-        # Checked here, before CheckpointHook runs: it deletes the oldest
-        # kept checkpoint before it saves (max_keep_ckpts), which a refusal
-        # in before_save_checkpoint would come too late to prevent.
+        # here, as CheckpointHook deletes the oldest kept one before saving
         if self.check_weights_before_save and checkpoint_due(
                 runner, by_epoch=True):
             # runner.iter counts the epoch's last iteration by now
             self._check_weights(
-                runner, self._model_state(runner),
+                runner,
                 f'iteration {runner.iter} (end of epoch {runner.epoch + 1})')
-            self._verified_iter = runner.iter
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        # The last line of defence, for saves no CheckpointHook announced
-        # (e.g. save_best, a direct runner.save_checkpoint); skipped once
-        # for the save just checked above.
+        # saves no CheckpointHook announced (save_best...), unless checked
         verified, self._verified_iter = self._verified_iter, None
         if self.check_weights_before_save and verified != runner.iter:
-            self._check_weights(runner, checkpoint.get('state_dict', {}),
-                                f'iteration {runner.iter}')
+            self._check_weights(runner, f'iteration {runner.iter}',
+                                checkpoint.get('state_dict', {}))
 
     @staticmethod
     def _logged_losses(runner: Runner, outputs: Dict) -> Dict[str, float]:
-        """The loss terms of this iteration as Python floats.
-
-        Read from the message hub, where RuntimeInfoHook has just stored
-        them with ``.item()`` (no new host sync). Only without a
-        RuntimeInfoHook is the output tensor read here (one sync).
-        """
-        hub = runner.message_hub
+        """The loss terms of this iteration as floats, from the message hub
+        (RuntimeInfoHook's, no new host sync) or else the outputs."""
+        logged = runner.message_hub.log_scalars
         values = {}
         for key, value in outputs.items():
-            if 'loss' not in key:
-                continue
-            logged = hub.get_scalar(f'train/{key}') \
-                if f'train/{key}' in hub.log_scalars else None
-            values[key] = float(
-                logged.current() if logged is not None else value)
+            if 'loss' in key:
+                name = f'train/{key}'
+                values[key] = float(logged[name].current() if name in
+                                    logged else value)
         return values
 
     def _loss_message(self, runner: Runner, batch_idx: int,
@@ -129,8 +110,8 @@ class NonFiniteLossHook(Hook):
 
     @staticmethod
     def _where(runner: Runner, batch_idx: Optional[int] = None) -> str:
-        """'iteration N' (1-based, as the log), with the epoch and batch in
-        an epoch-based loop."""
+        """'iteration N' (1-based), with the epoch and batch in an
+        epoch-based loop."""
         where = f'iteration {runner.iter + 1}'
         if batch_idx is not None and \
                 type(runner.train_loop).__name__ != 'IterBasedTrainLoop':
@@ -144,25 +125,27 @@ class NonFiniteLossHook(Hook):
         return (f'the latest checkpoint is {last}'
                 if last else 'no checkpoint had been written in this run')
 
-    @staticmethod
-    def _model_state(runner: Runner) -> Dict[str, torch.Tensor]:
-        return get_ori_model(runner.model).state_dict()
-
-    def _check_weights(self, runner: Runner, state: Dict[str, torch.Tensor],
-                       where: str) -> None:
-        """Raise if a floating-point tensor of ``state`` is not finite (one
-        host sync for all tensors)."""
-        names: List[str] = []
-        flags: List[torch.Tensor] = []
-        for name, tensor in state.items():
-            if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-                names.append(name)
-                flags.append(torch.isfinite(tensor).all())
-        if not flags:
+    def _check_weights(
+            self,
+            runner: Runner,
+            where: str,
+            state: Optional[Dict[str, torch.Tensor]] = None) -> None:
+        """Raise if a floating-point tensor of ``state`` (by default the
+        model's) is not finite (one host sync for all tensors); a check
+        before a CheckpointHook's save is not repeated at the save."""
+        if state is None:
+            state = get_ori_model(runner.model).state_dict()
+            self._verified_iter = runner.iter
+        names: List[str] = [
+            n for n, t in state.items()
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        ]
+        if not names:
             return
-        device = flags[0].device
-        ok: Sequence[bool] = torch.stack([f.to(device)
-                                          for f in flags]).tolist()
+        device = state[names[0]].device
+        ok: Sequence[bool] = torch.stack([
+            torch.isfinite(state[n]).all().to(device) for n in names
+        ]).tolist()
         bad = [n for n, good in zip(names, ok) if not good]
         if bad:
             shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more'

@@ -1,4 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+import itertools
 import math
 
 import torch
@@ -16,17 +17,11 @@ from mocoplug.registry import HOOKS
 class QueueRefillHook(Hook):
     """Fill MoCo's queue with keys of this data before the first training
     step of a run whose encoders start from released weights
-    (``model.encoders_from``).
+    (``model.encoders_from``), so that no random initial key is a negative.
 
-    The queue starts as random unit vectors, which a trained key encoder's
-    keys resemble in nothing: as negatives they are trivially told apart,
-    and the first K / batch steps would train against them. Here the
-    momentum encoder encodes the key views of the first
-    ceil(K / total batch) batches, which are enqueued without a training
-    step, so every negative of the first step is a key of this data.
-    Nothing happens for runs from scratch (the paper's random start), for
-    models without a queue, and on ``--resume`` (the checkpoint's queue is
-    restored).
+    The key encoder encodes ceil(K / total batch) batches, enqueued without
+    a training step. Nothing happens from scratch, without a queue, or on
+    ``--resume``.
     """
 
     priority = 'LOW'
@@ -41,21 +36,17 @@ class QueueRefillHook(Hook):
         loader = runner.train_dataloader
         batch = (loader.batch_size or 1) * get_world_size()
         batches = math.ceil(model.queue.size / batch)
-        done = 0
-        while done < batches:  # passes over a dataset smaller than K
-            for data in loader:
-                data = model.data_preprocessor(data, True)
-                _, im_k = model.views(data['inputs'], type(model).__name__)
-                ids = None
-                if model.queue.exclude_same_instance:
-                    ids = sample_indices(data['data_samples'], im_k.device)
-                model.queue.enqueue(model.encode_keys(im_k), ids)
-                done += 1
-                if done == batches:
-                    break
+        passes = itertools.chain.from_iterable(itertools.repeat(loader))
+        for data in itertools.islice(passes, batches):  # K may exceed data
+            data = model.data_preprocessor(data, True)
+            _, im_k = model.views(data['inputs'], type(model).__name__)
+            ids = None
+            if model.queue.exclude_same_instance:
+                ids = sample_indices(data['data_samples'], im_k.device)
+            model.queue.enqueue(model.encode_keys(im_k), ids)
         print_log(
             f'QueueRefillHook: the queue ({model.queue.size} keys) filled '
-            f'with keys of {done} batches of this data, encoded by the key '
+            f'with keys of {batches} batches of this data, encoded by the key '
             f'encoder loaded from {model.encoders_from}, before the first '
             'step',
             logger='current')

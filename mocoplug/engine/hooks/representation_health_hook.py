@@ -11,11 +11,13 @@ from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from mocoplug.datasets import dataset_transforms
 from mocoplug.evaluation import (alignment, embedding_std,
                                  relative_parameter_distance, uniformity)
 from mocoplug.models.utils import at_least_float32
 from mocoplug.registry import HOOKS
-from .learning_rate import current_lrs
+from .moco_config_check_hook import iter_transforms
+from .runner_info import current_lrs, schedule_facts
 
 #: The scalars the hook logs, as ``health/<name>`` (message hub: train/...).
 HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
@@ -23,44 +25,37 @@ HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
 
 
 class NotLearningError(RuntimeError):
-    """Raised by :class:`RepresentationHealthHook` with
-    ``on_not_learning='stop'`` when a run has not left chance level."""
+    """A run has not left chance level (``on_not_learning='stop'``)."""
 
 
 @HOOKS.register_module()
 class RepresentationHealthHook(Hook):
     r"""Log how healthy the contrastive embedding is, and warn on collapse.
 
-    On checked iterations a forward hook on the loss head (``InfoNCEHead``)
-    sees the queries, positive keys and negatives the loss used; nothing is
-    kept or synchronised otherwise, nothing is written onto the model. The
-    figures of this process's batch go to the message hub as
-    ``train/health/*`` (``HEALTH_SCALARS``): ``std`` / ``std_norm`` (SimSiam,
-    `Chen & He 2021 <https://arxiv.org/abs/2011.10566>`_), ``alignment`` /
-    ``uniformity`` (`Wang & Isola, ICML 2020
-    <https://arxiv.org/abs/2005.10242>`_), ``pos_sim`` / ``neg_sim``,
-    ``key_query_dist`` and ``queue_age`` (no queue: not logged), defined
-    and explained in docs/user_guides/pretraining.md. When ``std_norm``
-    stays below ``collapse_ratio`` for ``patience`` consecutive checks, the
-    hook warns once with the likely causes checked against this model;
-    training goes on. Models without a momentum encoder are left alone.
+    On checked iterations a forward hook on the loss head sees the queries,
+    positive keys and negatives the loss used, and the figures of this
+    process's batch go to the message hub as ``train/health/*``
+    (``HEALTH_SCALARS``, defined in docs/user_guides/pretraining.md):
+    ``std`` / ``std_norm`` (`Chen & He 2021
+    <https://arxiv.org/abs/2011.10566>`_), ``alignment`` / ``uniformity``
+    (`Wang & Isola, ICML 2020 <https://arxiv.org/abs/2005.10242>`_),
+    ``pos_sim`` / ``neg_sim``, ``key_query_dist`` and ``queue_age``. When
+    ``std_norm`` stays below ``collapse_ratio`` for ``patience`` checks in
+    a row, it warns once with the likely causes. Models without a momentum
+    encoder are left alone.
 
-    Not learning: once, at ``not_learning_at`` of the run (and at least
-    two windows of ``max(5, iterations / 20)`` steps after the queue first
-    holds only keys of this data), the mean InfoNCE loss of the last window
-    is compared with chance, ln(K + 1) (the loss of embeddings that tell
-    nothing apart): above ``ln(K + 1) - not_learning_margin``, or with
-    positives on average no closer than negatives over the checks after
-    the queue filled, the run is not learning; the hook warns with the
-    likely causes checked against this run (``on_not_learning='stop'``
-    raises :class:`NotLearningError` instead). Why these values:
-    docs/design_notes.md, "Not learning".
+    Not learning: once, at ``not_learning_at`` of the run (and at least two
+    windows of ``max(5, iterations / 20)`` steps after the queue filled with
+    keys of this data), a mean loss of the last window above ``ln(K + 1) -
+    not_learning_margin``, or positives no closer than negatives on average,
+    is warned about with the likely causes (``on_not_learning='stop'``
+    raises :class:`NotLearningError`). Why: docs/design_notes.md, "Not
+    learning".
 
     Args:
-        interval (int, optional): Check every ``interval`` iterations. It
-            must be a multiple of the LoggerHook's interval, so every check
-            is printed; by default the LoggerHook's interval (50 in
-            ``configs/_base_/default_runtime.py``), or 50 without one.
+        interval (int, optional): Check every ``interval`` iterations, a
+            multiple of the LoggerHook's interval. Defaults to the
+            LoggerHook's interval, or 50 without one.
         collapse_ratio (float): Collapse threshold on ``std * sqrt(d)``.
             Defaults to 0.2.
         patience (int): Consecutive low checks before warning. Defaults
@@ -145,16 +140,11 @@ class RepresentationHealthHook(Hook):
                 'some checks would never be printed. Set the hook interval '
                 f'to a multiple of {log_interval}, or leave it None to '
                 'check on every logged iteration.')
-        online, target = [], []
-        for online_module, momentum_module in model.momentum_pairs():
-            online += [
-                p for p in online_module.parameters() if p.is_floating_point()
-            ]
-            target += [
-                p for p in momentum_module.parameters()
-                if p.is_floating_point()
-            ]
-        self._online, self._target = online, target
+        pairs = list(model.momentum_pairs())
+        self._online, self._target = ([
+            p for pair in pairs for p in pair[i].parameters()
+            if p.is_floating_point()
+        ] for i in (0, 1))
         self._model = model
         self._handle = model.head.register_forward_hook(self.observe)
         self.enabled = True
@@ -166,9 +156,9 @@ class RepresentationHealthHook(Hook):
 
     @torch.no_grad()
     def observe(self, head: nn.Module, args: tuple, output: dict) -> None:
-        """Forward hook of the loss head, ``head(query, key, negatives,
-        neg_mask=None)``: on a checked iteration, keep the detached
-        embeddings and the sum of the query-negative cosines."""
+        """Forward hook of ``head(query, key, negatives, neg_mask=None)``:
+        on a checked iteration, keep the embeddings and the sum and count
+        of the query-negative cosines."""
         if not self._checking:
             return
         query, key, negatives = (
@@ -181,18 +171,16 @@ class RepresentationHealthHook(Hook):
         else:
             keep = ~mask
             neg_sum, neg_count = (sims * keep).sum(), keep.sum().clamp(min=1)
-        observed = self._observed
-        if observed is None:
-            observed = self._observed = dict(
+        if self._observed is None:
+            self._observed = dict(
                 queries=[], keys=[], neg_sum=[], neg_count=[])
-        observed['queries'].append(query)
-        observed['keys'].append(key)
-        observed['neg_sum'].append(neg_sum)
-        observed['neg_count'].append(neg_count)
+        for name, value in zip(self._observed,
+                               (query, key, neg_sum, neg_count)):
+            self._observed[name].append(value)
 
     def is_check_iter(self, runner: Runner, batch_idx: int) -> bool:
-        """Whether this iteration is checked: one the LoggerHook prints
-        (same rule as its ``after_train_iter``), every ``interval``."""
+        """Whether this iteration is checked: one the LoggerHook prints, every
+        ``interval``."""
         ends_epoch = self.end_of_epoch(runner.train_dataloader, batch_idx)
         logger = self._logger_hook
         if logger is not None:
@@ -222,9 +210,7 @@ class RepresentationHealthHook(Hook):
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
         if not self._checking:
-            if self._published:
-                # Keep the last check's figures out of the lines LoggerHook
-                # prints between checks (e.g. at the end of an epoch).
+            if self._published:  # not printed again between checks
                 for name in HEALTH_SCALARS:
                     runner.message_hub.log_scalars.pop(f'train/health/{name}',
                                                        None)
@@ -248,16 +234,12 @@ class RepresentationHealthHook(Hook):
         """The health figures of one observed training step.
 
         Args:
-            observed (dict): What :meth:`observe` kept: ``queries`` and
-                ``keys``, lists of (N, d) tensors (one per loss term), and
-                ``neg_sum`` / ``neg_count``, the sum and number of the
-                query-negative cosines of each term.
+            observed (dict): What :meth:`observe` kept, per loss term.
             steps (int): Training iterations done, this one included.
 
         Returns:
             Dict[str, float]: The figures, named as in ``HEALTH_SCALARS``.
         """
-        # float32 or wider: a float64 model is measured in float64
         queries = [
             F.normalize(at_least_float32(q), dim=1)
             for q in observed['queries']
@@ -276,10 +258,9 @@ class RepresentationHealthHook(Hook):
             neg_sim=sum(observed['neg_sum']) / sum(observed['neg_count']),
             key_query_dist=relative_parameter_distance(self._online,
                                                        self._target))
-        names = list(values)
-        figures = dict(
-            zip(names,
-                torch.stack([values[n] for n in names]).tolist()))  # 1 sync
+        figures = dict(  # one host sync
+            zip(values,
+                torch.stack(list(values.values())).tolist()))
         figures['std_norm'] = figures['std'] * math.sqrt(dim)
         queue = getattr(self._model, 'queue', None)
         if queue is not None:
@@ -290,7 +271,7 @@ class RepresentationHealthHook(Hook):
 
     def _fill_and_window(self, runner: Runner) -> Tuple[int, int]:
         """Steps until the queue holds only keys of this data (0 without a
-        queue, or when QueueRefillHook filled it first), and the window."""
+        queue or after QueueRefillHook), and the window."""
         queue = getattr(self._model, 'queue', None)
         fill = 0
         if queue is not None and not getattr(self._model, 'encoders_from',
@@ -300,8 +281,7 @@ class RepresentationHealthHook(Hook):
         return fill, max(5, runner.max_iters // 20)
 
     def check_iter(self, runner: Runner) -> int:
-        """The iteration (0-based, before it runs) of the learning check;
-        -1 when there is none (disabled, or the run is too short)."""
+        """The (0-based) iteration of the learning check; -1 for none."""
         if not self.not_learning_at or self.not_learning is not None:
             return -1
         fill, window = self._fill_and_window(runner)
@@ -311,7 +291,7 @@ class RepresentationHealthHook(Hook):
         return at if at < runner.max_iters else -1
 
     def check_learning(self, runner: Runner) -> None:
-        """The not-learning check (see the class notes)."""
+        """The not-learning check (see the class docstring)."""
         fill, window = self._fill_and_window(runner)
         history = runner.message_hub.log_scalars.get('train/loss')
         losses = history.data[0] if history is not None else []
@@ -354,12 +334,11 @@ class RepresentationHealthHook(Hook):
         runner.logger.warning(message)
 
     def not_learning_causes(self, runner: Runner) -> List[str]:
-        """The usual causes of a run that does not learn, each with what
-        this run says."""
-        from .moco_config_check_hook import schedule_facts
+        """The usual causes of not learning, with what this run says."""
         facts = schedule_facts(runner)
         lr = current_lrs(runner)
-        causes = [
+        crop = _crop_scale(runner.train_dataloader)
+        return [
             f'Too few iterations for the data: {runner.max_iters} '
             f'iterations, {facts}. MoCo\'s recipes assume 1.28 million '
             'images x 200 epochs (configs/mocov2/README.md, "Your own '
@@ -375,14 +354,11 @@ class RepresentationHealthHook(Hook):
             'Learning rate too low (0 or a scaled-down lr that the cosine '
             'takes to 0 before anything is learnt) or too high' +
             (f'; current {lr}.' if lr else '.'),
-        ]
-        crop = _crop_scale(runner.train_dataloader)
-        causes.append(
             'Views too hard or too easy: crops of a small scale of images '
             'that are themselves small, or views that differ in nothing '
             'the images vary in' +
-            (f'; this run crops scale={crop}.' if crop else '.'))
-        return causes
+            (f'; this run crops scale={crop}.' if crop else '.'),
+        ]
 
     @staticmethod
     def keys_per_step(queue: nn.Module, local_keys: int) -> int:
@@ -393,19 +369,17 @@ class RepresentationHealthHook(Hook):
     def check_collapse(self, runner: Runner, metrics: Dict[str,
                                                            float]) -> None:
         """Count consecutive collapsed checks; warn once past patience."""
-        if metrics['std_norm'] < self.collapse_ratio:
-            self.num_low_checks += 1
-        else:
-            self.num_low_checks = 0
+        low = metrics['std_norm'] < self.collapse_ratio
+        self.num_low_checks = self.num_low_checks + 1 if low else 0
         if self.num_low_checks >= self.patience and not self.collapse_warned:
             self.collapse_warned = True
             runner.logger.warning(self.collapse_message(runner, metrics))
 
     def collapse_message(self, runner: Runner, metrics: Dict[str,
                                                              float]) -> str:
-        """The warning, with the likely causes checked against the model."""
+        """The collapse warning, with the likely causes."""
         std, ratio, dim = metrics['std'], metrics['std_norm'], self.dim
-        lines = [
+        return '\n'.join([
             'RepresentationHealthHook: REPRESENTATION COLLAPSE at iteration '
             f'{runner.iter + 1}: the std of the L2-normalised query '
             f'embeddings per dimension is {std:.4g} = {ratio:.3f}/sqrt(d) '
@@ -418,13 +392,11 @@ class RepresentationHealthHook(Hook):
             f'{metrics["neg_sim"]:.3f}. The images map to almost one '
             'vector, so the features carry little information even if the '
             'loss looks fine. Likely causes:'
-        ]
-        lines += ['  - ' + cause for cause in self.likely_causes(runner)]
-        lines.append('This warning is shown once per run.')
-        return '\n'.join(lines)
+        ] + ['  - ' + cause for cause in self.likely_causes(runner)] +
+                         ['This warning is shown once per run.'])
 
     def likely_causes(self, runner: Runner) -> List[str]:
-        """The usual causes, each with what this run's model says."""
+        """The usual causes of collapse, with what this model says."""
         model = self._model
         shuffle_bn = getattr(model, 'shuffle_bn', None)
         has_bn = any(
@@ -474,21 +446,11 @@ class RepresentationHealthHook(Hook):
 def _crop_scale(loader) -> Optional[tuple]:
     """The ``scale`` of the first RandomResizedCrop in the training
     pipeline, if any."""
-    from mocoplug.datasets import dataset_transforms
     try:
         transforms = dataset_transforms(loader.dataset) or []
     except Exception:  # noqa: BLE001 - a custom dataset: unknown
         return None
-    stack = list(transforms)
-    while stack:
-        t = stack.pop(0)
-        if type(t).__name__ in ('RandomResizedCrop',
-                                'FastRandomResizedCrop') and hasattr(
-                                    t, 'scale'):
-            return tuple(t.scale)
-        stack += list(getattr(t, 'transforms', []) or [])
-        stack += [
-            x for p in getattr(t, 'pipelines', []) or []
-            for x in getattr(p, 'transforms', [])
-        ]
-    return None
+    return next(
+        (tuple(t.scale) for t in iter_transforms(transforms)
+         if type(t).__name__ in ('RandomResizedCrop', 'FastRandomResizedCrop')
+         and hasattr(t, 'scale')), None)

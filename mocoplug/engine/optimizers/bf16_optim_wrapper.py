@@ -9,10 +9,9 @@ from mocoplug.registry import OPTIM_WRAPPERS
 
 
 def check_cpu_bf16_conv(module: nn.Module, args: tuple) -> None:
-    """Refuse a strided convolution whose input is narrower than its stride
-    (with a kernel wider than 1) under CPU bfloat16 autocast: oneDNN 3.x's
-    bfloat16 weight gradient reads uninitialised memory there (NaN or 1e30
-    in the gradient at random; design_notes.md#precision)."""
+    """Refuse a convolution (kernel > 1) whose input is narrower than its
+    stride: oneDNN's CPU bfloat16 weight gradient reads uninitialised memory
+    there (design_notes.md#precision)."""
     x = args[0] if args else None
     if not torch.is_tensor(x) or x.dim() != 4:
         return
@@ -34,15 +33,10 @@ def check_cpu_bf16_conv(module: nn.Module, args: tuple) -> None:
 class BF16OptimWrapper(OptimWrapper):
     """Mixed precision with ``bfloat16`` autocast, on CPU or GPU.
 
-    mmengine 0.10.7's ``AmpOptimWrapper`` refuses to start without a GPU
-    (an assertion in its constructor), so ``tools/train.py --amp`` uses this
-    wrapper on CPU. bfloat16 has the exponent range of float32, so no loss
-    scaling is needed: backward and step are those of ``OptimWrapper``.
-    The forward runs under ``torch.autocast(dtype=torch.bfloat16)`` on the
-    device of the model's parameters. MoCo's queue, similarities and loss
-    stay float32 (see ``NegativeKeyQueue`` and ``fused_info_nce``). On CPU
-    the first forward refuses a convolution oneDNN gets wrong in bfloat16
-    (:func:`check_cpu_bf16_conv`).
+    mmengine 0.10.7's ``AmpOptimWrapper`` asserts a GPU, so
+    ``tools/train.py --amp`` uses this wrapper on CPU. bfloat16 needs no
+    loss scaling: backward and step are those of ``OptimWrapper``. On CPU
+    the first forward runs :func:`check_cpu_bf16_conv`.
     """
 
     _convs_checked = False

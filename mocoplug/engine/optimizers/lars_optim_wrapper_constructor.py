@@ -17,28 +17,14 @@ from .mocov3_lars import MoCoV3LARS
 class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """Exclude 1-D parameters from weight decay and from LARS adaptation.
 
-    The LARS of `An Empirical Study of Training Self-Supervised Vision
-    Transformers <https://arxiv.org/abs/2104.02057>`_ (MoCo v3; official
-    ``moco/optimizer.py``) applies weight decay and the layer-wise trust
-    ratio only to parameters with ``p.ndim > 1``: normalization gamma/beta
-    and biases get neither. mmpretrain's ``LARS`` implements the exclusion
-    per parameter group (``lars_exclude=True``, plus a zero
-    ``weight_decay``), and its configs select those groups by *name*
-    (``custom_keys={'bn': ..., 'bias': ..., 'downsample.1': ...}``). Names
-    miss layers: the BatchNorm1d layers of ``MoCoProjectionNeck`` (the
-    projector and the predictor) are ``mlp.1``, ``mlp.4``..., so their gamma
-    would be decayed and LARS-scaled.
-
-    This constructor selects by *shape*, like the official code: after the
-    usual parameter-wise options of
-    :class:`~mmengine.optim.DefaultOptimWrapperConstructor` (``custom_keys``,
-    ``bias_lr_mult``...), every parameter with ``ndim <= 1`` is put in a
-    group with ``weight_decay=0`` and ``lars_exclude=True``, whatever its
-    name or module type. Weights (conv, linear; ``ndim > 1``) keep the
-    optimizer's weight decay and LARS adaptation.
-
-    :class:`MoCoV3LARS` (the MoCo v3 authors' update) makes the same
-    exclusion by shape itself and refuses this constructor.
+    As the LARS of `An Empirical Study of Training Self-Supervised Vision
+    Transformers <https://arxiv.org/abs/2104.02057>`_ (MoCo v3), parameters
+    are selected by *shape*, not by name (mmpretrain's ``custom_keys`` miss
+    the projector's BatchNorm1d, ``mlp.1``...): after mmengine's
+    parameter-wise options, every group of ``ndim <= 1`` parameters gets
+    ``weight_decay=0`` and ``lars_exclude=True`` (read by mmpretrain's
+    ``LARS``). :class:`MoCoV3LARS` excludes by shape itself and refuses
+    this constructor.
 
     Example::
 
@@ -91,12 +77,8 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         model = get_ori_model(model)
         params: List[dict] = []
         if self.paramwise_cfg:
-            # mmengine's options first: one group per parameter.
-            self.add_params(params, model)
-        else:
-            # Frozen parameters (the momentum encoder, a ViT's frozen patch
-            # projection) stay out of the optimizer, as in the default
-            # constructor they would only be skipped by it.
+            self.add_params(params, model)  # one group per parameter
+        else:  # frozen ones (the momentum encoder) stay out
             params = [
                 dict(params=[p]) for p in model.parameters() if p.requires_grad
             ]

@@ -8,9 +8,7 @@ from torch.optim import Optimizer
 
 from mocoplug.registry import OPTIMIZERS
 
-# The per-parameter state. The official code's name; unlike the
-# ``momentum_buffer`` of torch's SGD and mmpretrain's LARS it is not
-# multiplied by the learning rate (mmpretrain's folds the lr into it).
+# The official code's name; unlike mmpretrain's, without the lr folded in.
 BUFFER = 'mu'
 
 
@@ -36,15 +34,9 @@ class MoCoV3LARS(Optimizer):
         mu = momentum * mu + d               # mu starts at 0
         p = p - lr * (d + momentum * mu  if nesterov  else  mu)
 
-    How it differs from mmpretrain's ``LARS`` (trust ratio, zero-gradient
-    weights, lr kept out of ``mu``): docs/design_notes.md. 1-D parameters
-    are told apart by shape, as in the official code, so a group's
-    ``weight_decay`` applies to its weights only; mmpretrain's
-    ``lars_exclude`` is accepted on groups of 1-D parameters and refused on
-    a weight. Use one parameter group (no ``LARSOptimWrapperConstructor``).
-    The step reads no tensor on the host; with ``foreach`` it runs
-    ``torch._foreach_*`` kernels over a group at once. With AMP, the
-    ``GradScaler`` unscales and skips non-finite steps before ``step``.
+    How it differs from mmpretrain's ``LARS``: docs/design_notes.md. 1-D
+    parameters are told apart by shape, so ``lars_exclude`` is refused on a
+    weight; use one parameter group. The step reads no tensor on the host.
 
     Args:
         params (Iterable): Parameters or parameter groups (dicts).
@@ -55,11 +47,9 @@ class MoCoV3LARS(Optimizer):
         eta (float): Trust coefficient (the official ``trust_coefficient``;
             mmpretrain's ``eta``). Defaults to 0.001.
         nesterov (bool): Nesterov momentum. Defaults to False.
-        foreach (bool, optional): Use the multi-tensor kernels. None (the
-            default) uses them when every parameter is on a GPU, where they
-            save a kernel launch per operation and tensor; on CPU the loop
-            over tensors was faster (each tensor stays in cache through its
-            operations; ``tools/benchmarks/benchmark.py lars``).
+        foreach (bool, optional): Use the multi-tensor kernels. Defaults to
+            None: when every parameter is on a GPU (on CPU the loop was
+            faster).
     """
 
     def __init__(self,
@@ -102,19 +92,9 @@ class MoCoV3LARS(Optimizer):
                     'lars_exclude (and LARSOptimWrapperConstructor), or use '
                     "mmpretrain's LARS for per-group exclusion.")
 
-    def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault('nesterov', False)
-            group.setdefault('foreach', None)
-
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state saved by this optimizer; refuse another's buffers.
-
-        The momentum buffer of torch's SGD and mmpretrain's LARS
-        (``momentum_buffer``, the latter with the lr folded in) would be
-        misread here, so a state holding any key but ``mu`` is an error.
-        """
+        """Load a state saved by this optimizer; refuse any key but ``mu``
+        (another optimizer's buffers would be misread)."""
         for index, param_state in state_dict.get('state', {}).items():
             other = sorted(set(param_state) - {BUFFER})
             if other:
@@ -129,12 +109,7 @@ class MoCoV3LARS(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable] = None) -> Optional[Tensor]:
-        """Perform one update at the current learning rate of each group.
-
-        Args:
-            closure (callable, optional): Re-evaluates the model and returns
-                the loss.
-        """
+        """Perform one update; ``closure`` re-evaluates the loss."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -175,10 +150,8 @@ def _by_device_and_dtype(
     multi-tensor kernel, and ``torch.stack`` of their norms, accept)."""
     runs = defaultdict(lambda: ([], [], []))
     for p, g, b in zip(params, grads, buffers):
-        run = runs[(p.device, p.dtype)]
-        run[0].append(p)
-        run[1].append(g)
-        run[2].append(b)
+        for run, tensor in zip(runs[(p.device, p.dtype)], (p, g, b)):
+            run.append(tensor)
     return runs.values()
 
 

@@ -1,13 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Distributed runs on a machine without an accelerator.
-
-mmengine 0.10.7 assumes an accelerator in a distributed run: its launchers
-call ``torch.cuda.set_device`` before joining the process group, its
-default model wrapper gives DDP ``device_ids=[LOCAL_RANK]``, and the
-mmpretrain/mmdet runtime configs name the ``nccl`` backend, which needs
-CUDA. Each fails on a CPU-only machine; these functions give the CPU
-equivalent, and change nothing where an accelerator is present.
-"""
+"""Distributed runs on a machine without an accelerator, where mmengine
+0.10.7's launchers (``torch.cuda.set_device``), DDP wrapper
+(``device_ids=[LOCAL_RANK]``) and the configs' ``nccl`` backend fail."""
 import datetime
 from typing import Optional
 
@@ -17,8 +11,6 @@ from mmengine.logging import print_log
 from mmengine.registry import MODEL_WRAPPERS
 from torch.nn.parallel import DistributedDataParallel
 
-# The backends that need an accelerator (torch's, and mmengine's names for
-# the other devices it knows).
 ACCELERATOR_BACKENDS = ('nccl', 'hccl', 'cncl', 'mccl')
 
 
@@ -28,11 +20,8 @@ def has_accelerator() -> bool:
 
 
 def dist_cfg_for_this_machine(dist_cfg: Optional[dict]) -> dict:
-    """The config's ``env_cfg.dist_cfg`` with a backend this machine runs.
-
-    Without an accelerator, ``nccl`` (mmengine's default and the
-    mmpretrain/mmdet configs') becomes ``gloo``; with one, the config's
-    choice stays, so a config need not name its backend for either.
+    """The config's ``env_cfg.dist_cfg`` with a backend this machine runs:
+    without an accelerator ``nccl`` (the default) becomes ``gloo``.
 
     Args:
         dist_cfg (dict, optional): ``env_cfg.dist_cfg`` of the config.
@@ -53,14 +42,12 @@ def dist_cfg_for_this_machine(dist_cfg: Optional[dict]) -> dict:
 
 def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     """Join the default process group as mmengine's ``init_dist`` does for
-    ``launcher='pytorch'`` (torchrun's ``RANK``/``WORLD_SIZE``/
-    ``MASTER_ADDR`` environment), without selecting a GPU.
+    ``launcher='pytorch'`` (torchrun), without selecting a GPU.
 
     Args:
-        launcher (str): The job launcher; only ``'pytorch'`` is supported
-            without an accelerator.
-        dist_cfg (dict): ``env_cfg.dist_cfg``: ``backend`` and the keyword
-            arguments of ``init_process_group`` (``timeout`` in seconds).
+        launcher (str): The job launcher; only ``'pytorch'``.
+        dist_cfg (dict): ``backend`` and the keyword arguments of
+            ``init_process_group`` (``timeout`` in seconds).
     """
     if launcher != 'pytorch':
         raise RuntimeError(
@@ -86,19 +73,14 @@ def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
 
 def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
                           find_unused_parameters: bool = False) -> dict:
-    """The model wrapper config of a distributed run on CPUs.
-
-    As mmengine's on GPUs (``MMDistributedDataParallel`` without buffer
-    broadcast when the config gives none, the config's wrapper otherwise),
-    but DDP wrappers get ``device_ids=None``, which is how torch's DDP
-    takes CPU modules. Without ``broadcast_buffers=False`` DDP would send
-    every buffer from rank 0 at each forward, MoCo's K x C queue included.
+    """The model wrapper config of a distributed run on CPUs: mmengine's
+    (``MMDistributedDataParallel`` without buffer broadcast, or the
+    config's), with ``device_ids=None`` for DDP wrappers.
 
     Args:
-        model_wrapper_cfg (dict, optional): ``model_wrapper_cfg`` of the
-            config.
-        find_unused_parameters (bool): ``find_unused_parameters`` of the
-            config, used when it gives no wrapper (as mmengine does).
+        model_wrapper_cfg (dict, optional): The config's.
+        find_unused_parameters (bool): The config's, used when it gives no
+            wrapper.
 
     Returns:
         dict: A new wrapper config.
@@ -111,8 +93,14 @@ def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
     else:
         cfg = dict(model_wrapper_cfg)
         cfg.setdefault('type', 'MMDistributedDataParallel')
-    wrapper = MODEL_WRAPPERS.get(cfg['type'])
-    if isinstance(wrapper, type) and issubclass(wrapper,
-                                                DistributedDataParallel):
+    if wraps_in_ddp(cfg):
         cfg['device_ids'] = None
     return cfg
+
+
+def wraps_in_ddp(model_wrapper_cfg: dict) -> bool:
+    """Whether the wrapper config builds a ``DistributedDataParallel``."""
+    wrapper = MODEL_WRAPPERS.get(
+        model_wrapper_cfg.get('type', 'MMDistributedDataParallel'))
+    return isinstance(wrapper, type) and issubclass(wrapper,
+                                                    DistributedDataParallel)

@@ -4,21 +4,9 @@ import copy
 
 
 def without_idle_persistent_workers(dataloader_cfg: dict) -> dict:
-    """The dataloader config, with ``persistent_workers`` off when it has
-    no worker processes.
-
-    torch's ``DataLoader`` refuses ``persistent_workers=True`` with
-    ``num_workers=0`` (``ValueError``). mmpretrain's ``tools/train.py``
-    sets ``persistent_workers=True`` in every dataloader, and the demo's
-    config loads in the main process (``num_workers=0``); with no worker
-    there is nothing to keep alive, so the option means nothing there.
-
-    Args:
-        dataloader_cfg (dict): A dataloader config.
-
-    Returns:
-        dict: The same dict when nothing changes, otherwise a copy.
-    """
+    """The dataloader config (a copy if changed), with ``persistent_workers``
+    off without workers (torch's ``DataLoader`` refuses it; mmpretrain's
+    ``tools/train.py`` sets it everywhere)."""
     if dataloader_cfg.get('persistent_workers') and not dataloader_cfg.get(
             'num_workers', 0):
         dataloader_cfg = copy.copy(dataloader_cfg)
@@ -27,21 +15,9 @@ def without_idle_persistent_workers(dataloader_cfg: dict) -> dict:
 
 
 def without_collate_scope(dataloader_cfg: dict) -> dict:
-    """The dataloader config, without the ``_scope_`` key mmengine tags an
-    inherited ``collate_fn`` with.
-
-    A config that inherits through ``mmpretrain::`` or ``mocoplug::`` gets
-    ``_scope_`` in every dict of its base; mmengine passes all keys of
-    ``collate_fn`` but ``type`` to the function, which fails on
-    ``_scope_``. The collate functions are not registry-scoped, so the key
-    means nothing there.
-
-    Args:
-        dataloader_cfg (dict): A dataloader config.
-
-    Returns:
-        dict: The same dict when nothing changes, otherwise a copy.
-    """
+    """The dataloader config (a copy if changed), without the ``_scope_``
+    key mmengine tags an inherited ``collate_fn`` with, then passes to the
+    function."""
     collate_fn = dataloader_cfg.get('collate_fn')
     if isinstance(collate_fn, dict) and '_scope_' in collate_fn:
         dataloader_cfg = copy.copy(dataloader_cfg)

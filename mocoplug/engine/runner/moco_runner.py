@@ -9,10 +9,8 @@ from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
-from mmengine.registry import MODEL_WRAPPERS
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
@@ -22,7 +20,8 @@ from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
                             leave_process_group_at_exit)
 from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
-                              has_accelerator, join_cpu_process_group)
+                              has_accelerator, join_cpu_process_group,
+                              wraps_in_ddp)
 from .dataloader_options import (without_collate_scope,
                                  without_idle_persistent_workers)
 
@@ -32,24 +31,17 @@ ConfigType = Union[Dict, Config, ConfigDict]
 def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
                              model: nn.Module) -> Optional[Dict]:
     """The wrapper config, with ``broadcast_buffers=False`` when it wraps a
-    MoCo (momentum) model in a ``DistributedDataParallel``.
-
-    With torch's default (``True``) DDP would send rank 0's buffers at every
-    forward: the queue, its ids and pointer and both encoders' BN
-    statistics, replacing each rank's own. ``None`` (mmengine's default DDP,
-    which broadcasts nothing) and other wrappers are returned as given.
+    momentum model in a ``DistributedDataParallel`` (rank 0's queue and BN
+    statistics would replace every rank's own at each forward).
 
     Raises:
         ValueError: The config asks for ``broadcast_buffers=True``.
     """
-    if model_wrapper_cfg is None or not isinstance(model,
-                                                   BaseMomentumSelfSupervisor):
+    if (model_wrapper_cfg is None
+            or not isinstance(model, BaseMomentumSelfSupervisor)
+            or not wraps_in_ddp(model_wrapper_cfg)):
         return model_wrapper_cfg
     cfg = dict(model_wrapper_cfg)
-    wrapper = MODEL_WRAPPERS.get(cfg.get('type', 'MMDistributedDataParallel'))
-    if not (isinstance(wrapper, type)
-            and issubclass(wrapper, DistributedDataParallel)):
-        return model_wrapper_cfg
     if cfg.get('broadcast_buffers', False):
         raise ValueError(
             'model_wrapper_cfg.broadcast_buffers=True: DDP would replace '
@@ -61,15 +53,8 @@ def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
 
 def without_fused_sgd_under_loss_scaling(optim_wrapper):
     """The optimizer wrapper config, with a fused SGD made a foreach one
-    where an ``AmpOptimWrapper`` scales the loss.
-
-    torch's fused SGD takes over the loss scaler's overflow handling, but on
-    a step the scaler must skip (routine in the first fp16 iterations) it
-    still writes its momentum buffer, with values that were never computed:
-    the weights diverge the step after (seen on CUDA: a NaN loss at
-    iteration 4 of the R50 config with ``--amp``). Other configs are
-    returned as given.
-    """
+    where an ``AmpOptimWrapper`` scales the loss (docs/design_notes.md,
+    "Fused optimizer kernels")."""
     if not isinstance(optim_wrapper, dict):
         return optim_wrapper
     kind = optim_wrapper.get('type', '')
@@ -94,67 +79,35 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
 class MoCoRunner(Runner):
     """mmengine's ``Runner``, plus what mocoplug's configs mean.
 
-    The runner of every mocoplug config (pretraining of `Momentum Contrast
-    for Unsupervised Visual Representation Learning
-    <https://arxiv.org/abs/1911.05722>`_ and its v2/v3, the linear, kNN and
-    detection benchmarks), named by ``runner_type = 'mocoplug.MoCoRunner'``
-    and built by every entry point that calls ``RUNNERS.build(cfg)``
-    (usage: docs/user_guides/extending.md). ``Runner.from_cfg(cfg)``
-    ignores ``runner_type``; a ``pretrained=`` given that way stops
-    training with an error that says so.
+    The runner of every mocoplug config (`MoCo
+    <https://arxiv.org/abs/1911.05722>`_ v1/v2/v3 pretraining and the
+    benchmarks), ``runner_type = 'mocoplug.MoCoRunner'``, built by
+    ``RUNNERS.build(cfg)`` (docs/user_guides/extending.md). It adds:
 
-    From the config, when it is built (:meth:`from_cfg`):
-
-    - ``pretrained=CKPT`` reaches every ``init_cfg`` of mocoplug's
-      ``Pretrained`` initialiser (:func:`mocoplug.utils.fill_pretrained`),
-      e.g. a C4 detector's backbone and res5 head;
-    - ``data_root=DIR`` reaches the labelled folder datasets of the
-      ``*_folder`` configs, and their classes the head
-      (:func:`mocoplug.datasets.fill_data_root`).
-
-    While it runs:
-
-    - ``default_hooks.NAME=None`` switches off any default hook, mocoplug's
-      too (:func:`mocoplug.utils.enabled_default_hooks`; mmengine 0.10.7
-      asserts on names other than its own);
-    - a dataloader without workers ignores ``persistent_workers=True``
-      (mmpretrain's ``tools/train.py`` sets it everywhere), and a
-      ``collate_fn`` inherited through ``mmpretrain::``/``mocoplug::``
-      loses the ``_scope_`` tag mmengine would pass to the function;
-    - a detector on CUDA with a compiled mmcv that has no CUDA kernels
-      stops before training (:func:`mocoplug.compat.check_mmcv_ops_device`);
-    - without an accelerator, a distributed run (``--launcher pytorch``)
-      joins a gloo process group and wraps the model in DDP for CPU
-      modules; with one, the config's backend stays (nccl by default);
-    - a fused SGD becomes a foreach one under an ``AmpOptimWrapper``
-      (:func:`without_fused_sgd_under_loss_scaling`);
-    - a MoCo model's DDP never broadcasts buffers, whatever
-      ``model_wrapper_cfg`` says (:func:`without_buffer_broadcast`);
-    - after a run ends without an error, the process leaves the process
-      group when it exits (:func:`mocoplug.utils.leave_process_group`).
+    - top-level ``pretrained=CKPT`` and ``data_root=DIR``
+      (:func:`mocoplug.utils.fill_pretrained`,
+      :func:`mocoplug.datasets.fill_data_root`);
+    - ``default_hooks.NAME=None`` for any default hook;
+    - dataloader configs mmengine cannot build as written
+      (:mod:`.dataloader_options`);
+    - a check that mmcv's ops run on the model's device;
+    - distributed runs without an accelerator (:mod:`.cpu_distributed`);
+    - :func:`without_fused_sgd_under_loss_scaling` and
+      :func:`without_buffer_broadcast`;
+    - leaving the process group at exit after a successful run.
     """
 
     @classmethod
     def from_cfg(cls, cfg: ConfigType) -> 'MoCoRunner':
-        """Build the runner from a config, applying its top-level options
-        ``pretrained`` and ``data_root``.
-
-        Args:
-            cfg (dict or Config): The config, as for mmengine's
-                ``Runner.from_cfg``; not changed.
-
-        Returns:
-            MoCoRunner: The runner.
-        """
+        """mmengine's, applying ``pretrained`` and ``data_root`` to a copy
+        of ``cfg``."""
         cfg = copy.deepcopy(cfg)
         fill_pretrained(cfg)
         fill_data_root(cfg)
         return super().from_cfg(cfg)
 
     def setup_env(self, env_cfg: Dict) -> None:
-        """mmengine's set-up, joining a gloo group for a distributed run
-        on a machine without an accelerator (see
-        :mod:`mocoplug.engine.runner.cpu_distributed`)."""
+        """mmengine's, joining a gloo group without an accelerator."""
         env_cfg = dict(env_cfg)
         env_cfg['dist_cfg'] = dist_cfg_for_this_machine(
             env_cfg.get('dist_cfg'))
@@ -165,10 +118,8 @@ class MoCoRunner(Runner):
 
     def wrap_model(self, model_wrapper_cfg: Optional[Dict],
                    model: nn.Module) -> nn.Module:
-        """mmengine's wrapping; DDP takes CPU modules on a machine without
-        an accelerator, never broadcasts a momentum model's buffers
-        (:func:`without_buffer_broadcast`); a model that runs mmcv's ops
-        must find them on its device."""
+        """mmengine's, for CPU modules too, without buffer broadcast; then
+        checks mmcv's ops on the model's device."""
         if self.distributed and not is_model_wrapper(model):
             if not has_accelerator():
                 find_unused = self.cfg.get('find_unused_parameters', False)
@@ -192,9 +143,7 @@ class MoCoRunner(Runner):
     def build_dataloader(dataloader: Union[DataLoader, Dict],
                          seed: Optional[int] = None,
                          diff_rank_seed: bool = False) -> DataLoader:
-        """mmengine's, without ``persistent_workers`` for a dataloader
-        that has no workers and without an inherited ``collate_fn``'s
-        ``_scope_`` tag."""
+        """mmengine's, via :mod:`.dataloader_options`."""
         if isinstance(dataloader, dict):
             dataloader = without_idle_persistent_workers(dataloader)
             dataloader = without_collate_scope(dataloader)

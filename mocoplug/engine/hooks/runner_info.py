@@ -1,0 +1,47 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""What hooks read of the runner: when mmengine's ``CheckpointHook`` is about
+to save (mmengine does not expose it), the learning rate and schedule."""
+from typing import Optional
+
+from mmengine.dist import get_world_size
+from mmengine.hooks import CheckpointHook
+from mmengine.runner import Runner
+
+from mocoplug.datasets import unwrap_dataset
+
+
+def checkpoint_due(runner: Runner, by_epoch: bool) -> bool:
+    """Whether a ``CheckpointHook`` saves at the end of this epoch
+    (``by_epoch=True``, in ``after_train_epoch``) or iteration (in
+    ``after_train_iter``), by its own tests."""
+    every, last = (('every_n_epochs', 'is_last_train_epoch') if by_epoch else
+                   ('every_n_train_iters', 'is_last_train_iter'))
+    return any(
+        getattr(hook, every)(runner, hook.interval, hook.save_begin) or (
+            hook.save_last and getattr(hook, last)(runner))
+        for hook in runner.hooks
+        if isinstance(hook, CheckpointHook) and hook.by_epoch == by_epoch)
+
+
+def current_lrs(runner: Runner) -> Optional[str]:
+    """The lr of every param group if they differ, e.g. ``'lr 0.03'``; None
+    without an optimizer."""
+    try:
+        lrs = runner.optim_wrapper.get_lr()
+    except Exception:  # no optimizer: the caller says so rather than fail
+        return None
+    return '; '.join(f'{name} ' + ', '.join(f'{x:.6g}'
+                                            for x in dict.fromkeys(groups))
+                     for name, groups in lrs.items()) or None
+
+
+def schedule_facts(runner: Runner) -> str:
+    """E.g. 'total batch 64, 95.0 epochs of 194 images' (what is known)."""
+    loader = runner.train_dataloader
+    batch = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
+    try:
+        images = len(unwrap_dataset(loader.dataset))
+    except TypeError:
+        return f'total batch {batch}'
+    epochs = runner.max_iters * batch / max(images, 1)
+    return f'total batch {batch}, {epochs:.1f} epochs of {images} images'
