@@ -21,39 +21,23 @@ def build_module(cfg: Union[dict, nn.Module, None]) -> Optional[nn.Module]:
 class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
     """Base of the algorithms with a momentum (key) encoder: MoCo v1/v2/v3.
 
-    The momentum encoder is a copy of ``backbone`` + ``neck`` kept in
-    ``self.momentum_encoder`` (state-dict prefix ``momentum_encoder.``), its
-    parameters frozen. It is NOT updated here: the model declares its
-    (online, momentum) module pairs through :meth:`momentum_pairs` and
-    :class:`~mocoplug.engine.hooks.MomentumUpdateHook` moves each momentum
-    module towards its online one after every optimizer step.
-
-    Without that hook (a key encoder frozen at its initial weights)
-    ``MoCoConfigCheckHook`` refuses the run, and in any loop
-    :meth:`check_key_encoder_moves` raises at the next training forward.
+    ``self.momentum_encoder`` (state-dict prefix ``momentum_encoder.``) is a
+    frozen copy of ``backbone`` + ``neck``, updated by ``MomentumUpdateHook``
+    through :meth:`momentum_pairs` after every optimizer step; without the
+    hook :meth:`check_key_encoder_moves` raises (docs/design_notes.md).
 
     Args:
-        backbone (dict): Config of the backbone (any mmpretrain backbone).
-        neck (dict): Config of the projection neck.
-        head (dict): Config of the loss head.
+        backbone, neck, head (dict): Configs of the backbone (any mmpretrain
+            backbone), the projection neck and the loss head.
         pretrained (str, optional): Checkpoint of the whole model to load.
-            Defaults to None.
         data_preprocessor (dict, optional): Config of the data preprocessor;
             ``SelfSupDataPreprocessor`` if no type is given.
         init_cfg (dict or list[dict], optional): Initialization config dict.
-        channels_last (bool): Keep the 4-D weights of both backbones and the
-            input views in the channels-last memory format (faster
-            convolutions on recent GPUs, and with oneDNN on CPU; measure
-            with ``tools/benchmarks/benchmark.py train``). Defaults to
-            False.
-        encoders_from (str, optional): Continued pretraining: a checkpoint
-            (mocoplug, mmpretrain, official MoCo v1/v2/v3, torchvision or
-            an extracted backbone; the layout is recognised) whose query
-            encoder starts both encoders, the projection too where the
-            checkpoint has one that fits
-            (:func:`~mocoplug.models.utils.load_encoder_checkpoint`). With
-            a queue, ``QueueRefillHook`` fills it with keys of this data
-            before the first step. Defaults to None.
+        channels_last (bool): Channels-last 4-D weights and views. Defaults
+            to False.
+        encoders_from (str, optional): A checkpoint whose query encoder
+            starts both (:func:`~mocoplug.models.utils.
+            load_encoder_checkpoint`).
     """
 
     def __init__(self,
@@ -65,9 +49,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                  init_cfg: Optional[Union[List[dict], dict]] = None,
                  channels_last: bool = False,
                  encoders_from: Optional[str] = None) -> None:
-        # Built here with mocoplug's registry (a child of mmpretrain's) so
-        # mocoplug's components resolve even when no default scope is set;
-        # mmpretrain's base class would look them up in its own registry.
+        # mocoplug's registry: mmpretrain's base would build in its own
         data_preprocessor = dict(data_preprocessor or {})
         data_preprocessor.setdefault('type', 'SelfSupDataPreprocessor')
         super().__init__(
@@ -85,12 +67,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         self._key_encoder_seen_moving = False
 
     def build_momentum_encoder(self) -> None:
-        """Create ``self.momentum_encoder`` as a frozen copy of the online
-        backbone and neck. Subclasses call it once their online modules are
-        final (e.g. after converting BN layers)."""
-        if self.channels_last:
-            # Only 4-D tensors change; the copy below keeps the format, and
-            # so do initialisation, checkpoint loading and .to(device).
+        """Create ``self.momentum_encoder``, a frozen copy of the final online
+        backbone and neck."""
+        if self.channels_last:  # kept by the copy, init, loading and .to()
             self.backbone.to(memory_format=torch.channels_last)
         self.momentum_encoder = nn.Sequential(
             OrderedDict(
@@ -105,14 +84,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 (self.neck, self.momentum_encoder.neck)]
 
     def init_weights(self) -> None:
-        """Initialise the online modules, then copy them into the momentum
-        encoder so both start from the same weights (as in the paper).
-
-        When the whole model is loaded from a checkpoint (``pretrained`` /
-        a ``Pretrained`` init_cfg), the checkpoint's momentum encoder is
-        kept. With ``encoders_from`` the online modules are loaded from it
-        first.
-        """
+        """Initialise (or load ``encoders_from`` into) the online modules and
+        copy them into the momentum encoder; a whole-model ``Pretrained``
+        init_cfg keeps the checkpoint's momentum encoder."""
         super().init_weights()
         init_cfg = self.init_cfg if isinstance(self.init_cfg,
                                                list) else [self.init_cfg]
@@ -147,24 +121,15 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         return super().forward(inputs, data_samples, mode)
 
     def check_key_encoder_moves(self) -> None:
-        """Raise when an optimizer step has run (seen by :meth:`train_step`,
-        or under DDP by the in-place write counters torch keeps on the
-        online parameters) but the momentum encoder was never written (its
-        counters; MomentumUpdateHook bumps them itself, as CUDA's fused
-        foreach kernels do not, and so under DDP on CUDA a foreach
-        optimizer's steps go unseen).
-
-        No host sync, and no false alarm under gradient accumulation; once
-        the key encoder has moved it is not checked again.
-        """
+        """Raise when an optimizer step has run (seen by :meth:`train_step`
+        or the online parameters' in-place write counters) but the momentum
+        encoder was never written. No host sync; stops checking once the key
+        encoder has moved."""
         if self._key_encoder_seen_moving:
             return
-        online, momentum = [], []
-        for online_module, momentum_module in self.momentum_pairs():
-            online += list(online_module.parameters())
-            momentum += list(momentum_module.parameters())
-        online_writes = sum(p._version for p in online)
-        versions = (online_writes, sum(p._version for p in momentum))
+        versions = tuple(
+            sum(p._version for pair in self.momentum_pairs()
+                for p in pair[side].parameters()) for side in (0, 1))
         start = self._versions_at_start
         if start is None:
             self._versions_at_start = versions
@@ -183,9 +148,8 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
 
     def views(self, inputs: Union[torch.Tensor, List[torch.Tensor]],
               algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The two augmented views of a batch, in the channels-last format
-        when ``channels_last`` is set; a clear error when the pipeline does
-        not produce exactly two."""
+        """The two augmented views of a batch (channels-last if set); raises
+        unless the pipeline produced exactly two."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             got = (f'{len(inputs)} views' if isinstance(inputs, (list, tuple))
                    else f'a single {type(inputs).__name__}')

@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -23,45 +23,18 @@ class MoCo(BaseMomentumSelfSupervisor):
     `Momentum Contrast for Unsupervised Visual Representation Learning
     <https://arxiv.org/abs/1911.05722>`_ (He et al., CVPR 2020) and
     `Improved Baselines with Momentum Contrastive Learning
-    <https://arxiv.org/abs/2003.04297>`_ (Chen et al., 2020). v1 and v2 are
-    configs of this class (linear vs MLP neck, temperature, augmentation).
-
-    Query encoder = ``backbone`` + ``neck``, trained by SGD. Key encoder =
-    ``momentum_encoder``, a frozen copy updated by ``MomentumUpdateHook``
-    (which must be in ``custom_hooks``). The loss is InfoNCE over the
-    positive key and the ``queue``'s negatives; the keys of each batch are
-    then enqueued.
-
-    Shuffle BN (``shuffle_bn``) keeps BatchNorm from leaking which key is
-    the positive (docs/design_notes.md): ``'ddp'``, the paper's, shuffles
-    the gathered key batch across GPUs (no effect in a single process; a
-    warning says so); ``'split'``, for one GPU or CPU, normalises every BN
-    of both encoders over ``num_splits`` slices and shuffles the keys;
-    ``'none'`` for SyncBN or a backbone without BatchNorm.
+    <https://arxiv.org/abs/2003.04297>`_ (Chen et al., 2020), as configs.
 
     Args:
-        backbone (dict): Config of the backbone (any mmpretrain backbone).
-        neck (dict): Config of the projection neck, e.g.
-            ``MoCoProjectionNeck``.
-        head (dict): Config of the loss head, e.g. ``InfoNCEHead``.
-        queue (dict): Config of the negative-key queue. Its ``dim`` must
-            equal the neck's output channels (checked at construction with
-            the backbone -> neck channels, see
-            :func:`~mocoplug.models.utils.check_feature_dims`). Defaults to
+        backbone, neck, head (dict): Configs of the backbone, the projection
+            neck and the loss head (e.g. ``InfoNCEHead``).
+        queue (dict): Config of the negative-key queue. Defaults to
             ``dict(type='NegativeKeyQueue', size=65536, dim=128)``.
-        shuffle_bn (str): ``'ddp'``, ``'split'`` or ``'none'``, see above.
-            Defaults to ``'ddp'``.
-        num_splits (int): Number of BN slices for ``shuffle_bn='split'``.
-            Defaults to 8.
-        pretrained (str, optional): Checkpoint of the whole model to load.
-        data_preprocessor (dict, optional): Config of the data preprocessor;
-            ``SelfSupDataPreprocessor`` if no type is given.
-        init_cfg (dict or list[dict], optional): Initialization config dict.
-        channels_last (bool): Channels-last weights and inputs, see
-            :class:`BaseMomentumSelfSupervisor`. Defaults to False.
-        encoders_from (str, optional): Continued pretraining from released
-            weights, see :class:`BaseMomentumSelfSupervisor`. Defaults to
-            None.
+        shuffle_bn (str): Shuffle BN (docs/design_notes.md): ``'ddp'`` (the
+            paper's, across processes), ``'split'`` (``num_splits`` BN
+            slices, one GPU or CPU) or ``'none'``. Defaults to ``'ddp'``.
+        num_splits (int): BN slices for ``'split'``. Defaults to 8.
+        **kwargs: The other arguments of :class:`BaseMomentumSelfSupervisor`.
     """
 
     def __init__(self,
@@ -72,20 +45,8 @@ class MoCo(BaseMomentumSelfSupervisor):
                      type='NegativeKeyQueue', size=65536, dim=128),
                  shuffle_bn: str = 'ddp',
                  num_splits: int = 8,
-                 pretrained: Optional[str] = None,
-                 data_preprocessor: Optional[dict] = None,
-                 init_cfg: Optional[Union[List[dict], dict]] = None,
-                 channels_last: bool = False,
-                 encoders_from: Optional[str] = None) -> None:
-        super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            pretrained=pretrained,
-            data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg,
-            channels_last=channels_last,
-            encoders_from=encoders_from)
+                 **kwargs) -> None:
+        super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
         if shuffle_bn not in SHUFFLE_BN_MODES:
             raise ValueError(
                 f'MoCo: shuffle_bn must be one of {SHUFFLE_BN_MODES}, got '
@@ -108,19 +69,8 @@ class MoCo(BaseMomentumSelfSupervisor):
 
     @torch.no_grad()
     def encode_keys(self, images: torch.Tensor) -> torch.Tensor:
-        """Encode key images with the momentum encoder under Shuffle BN.
-
-        The permutations are drawn on the images' device with its default
-        generator: no host synchronisation (see
-        :func:`~mocoplug.models.utils.batch_shuffle.batch_shuffle_ddp`).
-
-        Args:
-            images (torch.Tensor): Key views, shape (N, C, H, W).
-
-        Returns:
-            torch.Tensor: L2-normalised keys (N, D), in the input order, in
-            float32 or wider (float64 for a float64 model).
-        """
+        """L2-normalised keys (N, D) of key views (N, C, H, W), in the input
+        order, encoded under Shuffle BN (permutations drawn on the device)."""
         mode = self.shuffle_bn
         if mode == 'ddp' and get_world_size() == 1:
             if not self._warned_single_process:
@@ -140,31 +90,14 @@ class MoCo(BaseMomentumSelfSupervisor):
         return self.embed_keys(images)
 
     def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised momentum-encoder embeddings of ``images``, in the
-        order given, in float32 or wider (no overflow at 1/t under
-        autocast; a float64 model stays float64)."""
+        """L2-normalised momentum-encoder embeddings, float32 or wider."""
         return F.normalize(
             at_least_float32(self.momentum_encoder(images)[0]), dim=1)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """Compute the InfoNCE loss of a batch and enqueue its keys
-        (Algorithm 1 of the paper, plus Shuffle BN in :meth:`encode_keys`).
-
-        Queries and keys are compared in float32 or wider (see
-        :func:`~mocoplug.models.utils.at_least_float32`); the head reads the
-        queue's buffer itself, no copy, and forms no (N, K + 1) logits.
-
-        Args:
-            inputs (List[torch.Tensor]): The two views [query, key], each
-                (N, C, H, W).
-            data_samples (List[DataSample]): Their data samples; their
-                ``sample_idx`` is used when the queue excludes same-instance
-                negatives.
-
-        Returns:
-            Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
-        """
+        """``loss`` and ``contrast_acc`` of the views [query, key] (each
+        (N, C, H, W)), then enqueue the keys (Algorithm 1 of the paper)."""
         im_q, im_k = self.views(inputs, 'MoCo')
         ids = None
         if self.queue.exclude_same_instance:
@@ -180,13 +113,8 @@ class MoCo(BaseMomentumSelfSupervisor):
 
 def sample_indices(data_samples: Optional[List[DataSample]],
                    device: torch.device) -> torch.Tensor:
-    """Dataset indices of a batch, from the ``sample_idx`` that mmpretrain's
-    ``PackInputs`` stores in every data sample, on ``device``.
-
-    Built on the host and copied from pinned memory with
-    ``non_blocking=True`` on CUDA (queued on the current stream ahead of its
-    readers), so the host does not wait for the work queued before it.
-    """
+    """The batch's ``sample_idx`` (stored by ``PackInputs``) on ``device``,
+    copied from pinned memory without a host wait."""
     if not data_samples or 'sample_idx' not in data_samples[0]:
         raise ValueError(
             'exclude_same_instance=True needs the dataset index of every '

@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -19,41 +19,17 @@ class MoCoV3(BaseMomentumSelfSupervisor):
     `An Empirical Study of Training Self-Supervised Vision Transformers
     <https://arxiv.org/abs/2104.02057>`_ (Chen, Xie, He, ICCV 2021).
 
-    Query branch = ``backbone`` + ``neck`` (the projector) + ``predictor``;
-    momentum branch = a frozen copy of ``backbone`` + ``neck`` updated by
-    ``MomentumUpdateHook`` (cosine, 0.99 to 1). The loss is symmetric,
-    ``ctr(q1, k2) + ctr(q2, k1)``, InfoNCE against the keys of the whole
-    global batch (the positive of query i on rank r is key ``r * N + i``).
-    The paper's code multiplies the loss by ``2 * tau``: set the head's
-    ``loss=dict(type='CrossEntropyLoss', loss_weight=2 * tau)``. An
-    optional ``queue`` replaces the in-batch negatives (both views' keys
-    are enqueued after the loss).
+    Loss ``ctr(q1, k2) + ctr(q2, k1)`` of the queries (``backbone`` +
+    ``neck`` + ``predictor``) against the global batch's keys or a queue.
 
     Args:
-        backbone (dict): Config of the backbone: ResNet, or mmpretrain's
-            ``MoCoV3ViT`` (frozen random patch projection via
-            ``stop_grad_conv1``, 2-D sin-cos position embedding).
-        neck (dict): Config of the projector (``MoCoProjectionNeck``,
-            Linear-BN-ReLU blocks without bias and a last BN without
-            affine): 2 layers 2048-4096-256 for ResNet-50, 3 layers
-            embed-4096-4096-256 for ViT.
-        head (dict): Config of the loss head (``InfoNCEHead``).
-        predictor (dict): Config of the predictor (``MoCoProjectionNeck``
-            with ``with_avg_pool=False``), 2 layers 256-4096-256. As in the
-            official ``moco/builder.py``, its last BN (affine-free) is used
-            with ViT (``with_last_bn=True``) but not with ResNet.
-        queue (dict, optional): Config of a negative-key queue to use
-            instead of in-batch negatives. Defaults to None.
-
-        pretrained (str, optional): Checkpoint of the whole model to load.
-        data_preprocessor (dict, optional): Config of the data preprocessor;
-            ``SelfSupDataPreprocessor`` if no type is given.
-        init_cfg (dict or list[dict], optional): Initialization config dict.
-        channels_last (bool): Channels-last weights and inputs, see
-            :class:`BaseMomentumSelfSupervisor`. Defaults to False.
-        encoders_from (str, optional): Continued pretraining from released
-            weights, see :class:`BaseMomentumSelfSupervisor`. Defaults to
-            None.
+        backbone, neck, head (dict): Configs of the backbone (ResNet or
+            ``MoCoV3ViT``), the projector and the loss head.
+        predictor (dict): Config of the predictor (its last BN only with
+            ViT, as the official ``moco/builder.py``).
+        queue (dict, optional): Config of a queue of negatives instead of
+            the batch's. Defaults to None.
+        **kwargs: The other arguments of :class:`BaseMomentumSelfSupervisor`.
     """
 
     def __init__(self,
@@ -62,20 +38,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                  head: dict,
                  predictor: dict,
                  queue: Optional[dict] = None,
-                 pretrained: Optional[str] = None,
-                 data_preprocessor: Optional[dict] = None,
-                 init_cfg: Optional[Union[List[dict], dict]] = None,
-                 channels_last: bool = False,
-                 encoders_from: Optional[str] = None) -> None:
-        super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            pretrained=pretrained,
-            data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg,
-            channels_last=channels_last,
-            encoders_from=encoders_from)
+                 **kwargs) -> None:
+        super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
         if predictor is None:
             raise ValueError(
                 'MoCoV3: `predictor` is required (the query branch is '
@@ -91,18 +55,9 @@ class MoCoV3(BaseMomentumSelfSupervisor):
 
     def contrast(self, query: torch.Tensor, key: torch.Tensor,
                  ids: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """InfoNCE of predicted queries against keys.
-
-        Args:
-            query (torch.Tensor): Predictor outputs (N, C), not normalised.
-            key (torch.Tensor): Momentum-branch outputs (N, C) of the other
-                view, not normalised.
-            ids (torch.Tensor, optional): Dataset indices of the batch, used
-                by a queue that excludes same-instance negatives.
-
-        Returns:
-            Dict[str, torch.Tensor]: ``loss`` and ``contrast_acc``.
-        """
+        """InfoNCE of the predictor's outputs (N, C) against the momentum
+        branch's of the other view (N, C), neither normalised; ``ids``: the
+        dataset indices for a queue excluding same-instance negatives."""
         # float32 or wider: no overflow at 1/t under autocast
         query = F.normalize(at_least_float32(query), dim=1)
         key = F.normalize(at_least_float32(key), dim=1)
@@ -114,11 +69,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                     "the queue's `dim` to the neck's out_channels.")
             return self.head(query, key, self.queue(),
                              self.queue.same_instance_mask(ids))
-        # In-batch negatives of the global batch; the positive's column is
-        # masked out of the negatives (it is the positive, `key`). Every
-        # rank holds a batch of the same size (the gather needs it; the
-        # sampler guarantees it, checked by MoCoConfigCheckHook), so the
-        # positive of query i is key rank * N + i.
+        # In-batch negatives of the global batch (equal batches per rank),
+        # less the positive's column, key rank * N + i.
         n = query.shape[0]
         world_size = get_world_size()
         keys = torch.cat(all_gather(key), dim=0) if world_size > 1 else key
@@ -131,13 +83,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
              **kwargs) -> Dict[str, torch.Tensor]:
         """Compute the symmetric loss ``ctr(q1, k2) + ctr(q2, k1)``.
 
-        Args:
-            inputs (List[torch.Tensor]): The two views, each (N, C, H, W).
-            data_samples (List[DataSample]): Their data samples.
-
-        Returns:
-            Dict[str, torch.Tensor]: ``loss`` (sum of both terms) and
-            ``contrast_acc`` (mean of both terms).
+        Returns ``loss`` (sum of both terms) and ``contrast_acc`` (mean).
         """
         view_1, view_2 = self.views(inputs, 'MoCoV3')
         ids = None

@@ -12,19 +12,14 @@ from mocoplug.registry import MODELS
 @MODELS.register_module()
 class SmallConvNet(BaseModule):
     """A plain stack of 3x3 conv-BN-ReLU layers with 2x2 max-pooling, for
-    tiny images (e.g. the 32 px digits of the demo).
-
-    mmpretrain's small backbones do not fit a CPU demo (why:
-    docs/design_notes.md#the-demos-backbone).
-
-    Convolutions keep PyTorch's default initialisation (no ``init_cfg``).
+    tiny images such as the demo's (docs/design_notes.md#the-demos-backbone).
 
     Args:
         in_channels (int): Input channels. Defaults to 3.
         channels (Sequence[int]): Output channels of each conv layer.
             Defaults to ``(32, 64, 128, 256)``.
-        pool_after (Sequence[int]): Indices of the layers followed by a
-            2x2 max-pool. Defaults to ``(0, 1, 2)`` (32 px -> 4 px).
+        pool_after (Sequence[int]): Layers followed by a 2x2 max-pool.
+            Defaults to ``(0, 1, 2)`` (32 px -> 4 px).
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='BN')``.
         init_cfg (dict, optional): Initialisation config. Defaults to None.
     """

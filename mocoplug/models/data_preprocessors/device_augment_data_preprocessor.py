@@ -36,35 +36,19 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
     """mmpretrain's ``SelfSupDataPreprocessor`` that also runs the views'
     photometric augmentation, batched, on the model's device.
 
-    Workers decode and crop (:class:`~mocoplug.datasets.transforms.
-    GeometricMultiView`), or only read the file and draw the crop boxes
-    (:class:`~mocoplug.datasets.transforms.CropBoxMultiView`: this class
-    decodes and crops too); in training this class applies the colour
-    jitter, grayscale, blur and solarize steps of the same view pipelines
-    (MoCo v2, Chen et al. 2020; MoCo v3, Chen, Xie, He, ICCV 2021) with
-    their probabilities and ranges, parameters drawn per sample; each
-    batched operation equals the per-image ``Fast*`` transform given the
-    same parameters. Outside training it is ``SelfSupDataPreprocessor``.
-
-    Parameters come from one ``torch.Generator`` on the model's device,
-    seeded from the run's seed; its state is the persistent buffer
-    ``generator_state``, so ``--resume`` continues the stream. Every rank
-    holds the same generator and draws the whole global batch's parameters,
-    keeping its own slice (this needs equal per-rank batch sizes, as
-    ``DefaultSampler`` gives). Nothing synchronises with the host: the views
-    are copied from pinned memory without blocking, and the data samples
-    are left on the host (the model reads only their metainfo). A state
-    saved on another kind of device (16 bytes on CUDA, 5056 on the CPU)
-    re-seeds the generator from it, with a warning.
+    In training it takes the views of ``GeometricMultiView`` (or decodes
+    and crops those of ``CropBoxMultiView``) and applies the photometric
+    steps of the view pipelines (MoCo v2, Chen et al. 2020; MoCo v3, Chen,
+    Xie, He, ICCV 2021), each equal to its per-image ``Fast*`` transform
+    given the same parameters, drawn per sample of the global batch from a
+    device generator whose state is the buffer ``generator_state``.
 
     Args:
-        transforms (list[list[dict]]): The view pipelines, as given to
-            ``MultiView`` / ``GeometricMultiView``.
+        transforms (list[list[dict]]): The view pipelines, as ``MultiView``.
         num_views (int | list[int]): Views per pipeline, as ``MultiView``.
-        seed (int, optional): Seed of the generator; by default derived
-            from torch's initial seed (the run's seed).
-        **kwargs: ``SelfSupDataPreprocessor``'s arguments (``mean``,
-            ``std``, ``to_rgb``, ``non_blocking``, ...).
+        seed (int, optional): Seed of the generator. Defaults to one
+            derived from the run's seed.
+        **kwargs: ``SelfSupDataPreprocessor``'s arguments.
     """
 
     variable_size_state = (STATE_KEY, )  # its size depends on the device
@@ -84,7 +68,6 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
         self._loaded_state: Optional[torch.Tensor] = None
         self._has_drawn = False
 
-    # ---- the generator and its state ------------------------------------
     def _generator_on(self, device: torch.device) -> torch.Generator:
         """The generator, created on (or moved to) ``device`` when needed."""
         device = torch.device(device)
@@ -121,8 +104,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
         destination[prefix + STATE_KEY] = self._generator_on(
             self.device).get_state()
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict,
-                              missing_keys, unexpected_keys, error_msgs):
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        error_msgs = args[-1]  # (local_metadata, strict, ..., error_msgs)
         key = prefix + STATE_KEY
         state = state_dict.get(key)
         if state is not None and state.dtype != torch.uint8:
@@ -135,11 +118,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 torch.empty_like(state, device=self.generator_state.device))
             self._loaded_state = state.detach().cpu().clone()
             self._generator = None
-        super()._load_from_state_dict(state_dict, prefix, local_metadata,
-                                      strict, missing_keys, unexpected_keys,
-                                      error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
-    # ---- the views ------------------------------------------------------
     def _crop_geometry(self) -> Tuple[List[Tuple[int, int]], List[str]]:
         """Output size (height, width) and interpolation of each view's
         RandomResizedCrop, for decoding on the device."""
@@ -152,9 +132,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                     f'DeviceAugmentDataPreprocessor: view {index} has no '
                     'RandomResizedCrop, needed to crop on the device')
             scale = crop['scale']
-            width, height = (scale,
-                             scale) if isinstance(scale, int) else (scale[0],
-                                                                    scale[1])
+            scale = (scale, scale) if isinstance(scale, int) else scale
+            width, height = scale[0], scale[1]
             mode = crop.get('interpolation', 'bilinear')
             if mode not in ('bilinear', 'bicubic'):
                 raise ValueError(

@@ -6,15 +6,10 @@ from mocoplug.registry import MODELS
 
 @MODELS.register_module()
 class FolderLinearClsHead(LinearClsHead):
-    """mmpretrain's ``LinearClsHead`` for evaluation on a labelled folder,
-    whose number of classes is that of the folder's class sub-folders.
-
-    The ``*_folder`` evaluation configs leave ``num_classes`` None for
-    :class:`~mocoplug.engine.runner.MoCoRunner` to fill from ``data_root``
-    (:func:`mocoplug.datasets.fill_data_root`). Built with None, i.e. by a
-    runner that is not the config's, it says how to build it instead of
-    failing inside mmpretrain. Arguments: as ``LinearClsHead``.
-    """
+    """mmpretrain's ``LinearClsHead`` whose ``num_classes``, None in the
+    ``*_folder`` configs, :class:`~mocoplug.engine.runner.MoCoRunner` fills
+    from ``data_root``'s class folders; built with None it says how to fix
+    it. Arguments: as ``LinearClsHead``."""
 
     def __init__(self, num_classes, in_channels, **kwargs) -> None:
         if num_classes is None:

@@ -13,43 +13,30 @@ from mocoplug.registry import MODELS
 class MoCoProjectionNeck(BaseModule):
     """The projection MLP of MoCo v1, v2 and v3, chosen by arguments.
 
-    ``num_layers`` Linear layers; between two of them an optional norm
-    (``with_bn``) and a ReLU; after the last one an optional norm
-    (``with_last_bn``), without affine parameters in MoCo v3. The three
-    versions are:
+    ``num_layers`` Linear layers, each but the last followed by an optional
+    norm (``with_bn``) and a ReLU:
 
     - v1, `Momentum Contrast for Unsupervised Visual Representation Learning
-      <https://arxiv.org/abs/1911.05722>`_: ``num_layers=1`` (fc 2048->128).
+      <https://arxiv.org/abs/1911.05722>`_: ``num_layers=1``.
     - v2, `Improved Baselines with Momentum Contrastive Learning
-      <https://arxiv.org/abs/2003.04297>`_: ``num_layers=2`` (fc-ReLU-fc
-      2048-2048-128). The layer names (``mlp.0``, ``mlp.2``) match
-      mmpretrain's ``MoCoV2Neck``, so its checkpoints load as they are.
+      <https://arxiv.org/abs/2003.04297>`_: ``num_layers=2``; the layer names
+      (``mlp.0``, ``mlp.2``) match mmpretrain's ``MoCoV2Neck``.
     - v3, `An Empirical Study of Training Self-Supervised Vision Transformers
       <https://arxiv.org/abs/2104.02057>`_: ``with_bias=False,
-      with_bn=True, with_last_bn=True, with_last_bn_affine=False``
-      (Linear-BN-ReLU blocks, last BN without affine); the projector has 2
-      (ResNet) or 3 (ViT) layers, the predictor 2 layers and no last BN.
+      with_bn=True, with_last_bn=True, with_last_bn_affine=False``.
 
     Args:
-        in_channels (int): Number of input channels.
-        hid_channels (int): Number of hidden channels.
-        out_channels (int): Number of output channels.
+        in_channels, hid_channels, out_channels (int): Channels.
         num_layers (int): Number of Linear layers. Defaults to 2.
-        with_bias (bool): Whether the Linear layers have a bias. Defaults to
-            True.
-        with_bn (bool): Whether a norm layer follows each hidden Linear.
-            Defaults to False.
-        with_last_bn (bool): Whether a norm layer follows the last Linear.
-            Defaults to False.
-        with_last_bn_affine (bool): Whether the last norm layer has learnable
-            affine parameters. Defaults to True.
-        norm_cfg (dict): Config of the norm layers (``SyncBN`` for multi-GPU
-            MoCo v3). Defaults to ``dict(type='BN1d')``.
-        with_avg_pool (bool): Whether to global-average-pool the input
-            feature map first (False for a ViT's class token). Defaults to
-            True.
+        with_bias (bool): Linear layers with a bias. Defaults to True.
+        with_bn (bool): A norm after each hidden Linear. Defaults to False.
+        with_last_bn (bool): A norm after the last Linear. Defaults to False.
+        with_last_bn_affine (bool): The last norm learns an affine.
+            Defaults to True.
+        norm_cfg (dict): Config of the norms. Defaults to BN1d.
+        with_avg_pool (bool): Global-average-pool the input feature map
+            first (False for a ViT's class token). Defaults to True.
         init_cfg (dict or list[dict], optional): Initialization config dict.
-            Defaults to None.
     """
 
     def __init__(self,
@@ -89,17 +76,8 @@ class MoCoProjectionNeck(BaseModule):
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: Tuple[torch.Tensor]) -> Tuple[torch.Tensor]:
-        """Project the backbone's feature.
-
-        Args:
-            x (Tuple[torch.Tensor]): A one-element tuple with the backbone's
-                feature map (N, C, H, W), or a (N, C) vector when
-                ``with_avg_pool=False``.
-
-        Returns:
-            Tuple[torch.Tensor]: A one-element tuple with the (N, out)
-            projection.
-        """
+        """Project the backbone's one feature, (N, C, H, W) or (N, C)
+        without avg pool; returns a one-element tuple (N, out)."""
         if len(x) != 1:
             raise ValueError(
                 f'MoCoProjectionNeck expects one feature map, got {len(x)}: '

@@ -1,14 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""MoCo's queue of negative keys.
-
-Contract: the keys given to :meth:`NegativeKeyQueue.enqueue` at step t are
-negatives from step t + 1 on. ``enqueue`` only appends to a pending list;
-calling the queue, ``queue()`` (the one accessor of the keys), writes the
-pending keys first. The loss of step t + 1 reads after the backward of step
-t, so the buffer that backward needs is never written under it, and no copy
-of the queue is made per step. ``state_dict`` saves the queue as if the
-pending keys were written (the checkpoint format does not change).
-"""
+"""MoCo's queue of negative keys: those enqueued at step t are negatives from
+step t + 1 on, written when the queue is next read (docs/design_notes.md)."""
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -24,37 +16,19 @@ from ..utils.precision import similarity_dtype
 class NegativeKeyQueue(BaseModule):
     """FIFO queue of L2-normalised keys used as negatives by MoCo.
 
-    Implements the dictionary-as-a-queue of `Momentum Contrast for
-    Unsupervised Visual Representation Learning
-    <https://arxiv.org/abs/1911.05722>`_ (He et al., CVPR 2020): the keys of
-    the most recent mini-batches are kept, the oldest are overwritten.
-
-    Any batch size works (writes wrap around; a batch larger than the
-    queue keeps its newest ``size`` keys). The keys, write pointer and
-    optional instance ids are persistent buffers, so checkpoints carry the
-    queue. Pending keys (see the module notes) are written by a forward
-    pre-hook, by :meth:`same_instance_mask` and by ``.to()`` / ``.double()``;
-    loading a state dict drops them. A graph that read the buffer before
-    such a write cannot be backpropagated through (autograd raises rather
-    than compute a wrong gradient). The keys are stored in the model's
-    floating dtype, never below ``float32`` (docs/design_notes.md).
+    The dictionary-as-a-queue of `Momentum Contrast for Unsupervised Visual
+    Representation Learning <https://arxiv.org/abs/1911.05722>`_. Keys,
+    write pointer and optional ids are persistent buffers, the keys in the
+    model's floating dtype, never below ``float32``.
 
     Args:
         size (int): Number of keys K kept in the queue. Defaults to 65536.
         dim (int): Dimension C of a key. Defaults to 128.
         gather (bool): Whether :meth:`enqueue` all-gathers the keys of every
-            rank first, so all ranks keep the same queue. Every rank must
-            then enqueue the same number of keys per call: mmengine's
-            ``DefaultSampler`` / ``InfiniteSampler`` guarantee it, and
-            ``MoCoConfigCheckHook`` refuses other samplers before a
-            distributed run. Defaults to True.
-        exclude_same_instance (bool): Whether to remember the dataset index
-            of every stored key so that :meth:`same_instance_mask` can mask
-            older keys of the very image being queried out of the loss
-            (false negatives that appear when the dataset is not much larger
-            than the queue). Defaults to False.
+            rank first (equal counts per rank). Defaults to True.
+        exclude_same_instance (bool): Whether to store the keys' dataset
+            indices for :meth:`same_instance_mask`. Defaults to False.
         init_cfg (dict or list[dict], optional): Initialization config dict.
-            Defaults to None.
     """
 
     def __init__(self,
@@ -64,12 +38,10 @@ class NegativeKeyQueue(BaseModule):
                  exclude_same_instance: bool = False,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
-        if not isinstance(size, int) or size <= 0:
-            raise ValueError('NegativeKeyQueue: `size` must be a positive '
-                             f'int, got {size!r}')
-        if not isinstance(dim, int) or dim <= 0:
-            raise ValueError(
-                f'NegativeKeyQueue: `dim` must be a positive int, got {dim!r}')
+        for name, value in (('size', size), ('dim', dim)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f'NegativeKeyQueue: `{name}` must be a '
+                                 f'positive int, got {value!r}')
         self.size = size
         self.dim = dim
         self.gather = gather
@@ -87,25 +59,15 @@ class NegativeKeyQueue(BaseModule):
 
     def forward(self) -> torch.Tensor:
         """The queued keys (K, C), every enqueued batch written: the buffer
-        itself, no copy.
-
-        The loss calls the queue once per step; anything inspecting it after
-        a step (monitors, tests) calls it too.
-        """
+        itself, no copy."""
         return self.keys
 
     @torch.no_grad()
     def enqueue(self,
                 keys: torch.Tensor,
                 ids: Optional[torch.Tensor] = None) -> None:
-        """Push a batch of keys (and their instance ids), dropping the oldest
-        when the queue is next read.
-
-        Args:
-            keys (torch.Tensor): L2-normalised keys of shape (N, C).
-            ids (torch.Tensor, optional): Dataset indices of the N keys.
-                Required when ``exclude_same_instance=True``.
-        """
+        """Push L2-normalised keys (N, C) and, with
+        ``exclude_same_instance``, their dataset indices (N,)."""
         if keys.dim() != 2 or keys.shape[1] != self.dim:
             raise ValueError(
                 'NegativeKeyQueue.enqueue: expected keys of shape '
@@ -131,43 +93,32 @@ class NegativeKeyQueue(BaseModule):
         """Write the pending batches into the buffers, in order."""
         pending, self._pending = self._pending, []
         for keys, ids in pending:
-            write_ring(self.keys, self.ptr,
-                       self.ids if self.exclude_same_instance else None, keys,
+            write_ring(self.keys, self.ptr, getattr(self, 'ids', None), keys,
                        ids)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """Save the queue as if the pending keys were written, without
-        writing them (a backward may still need the buffer)."""
+        """Save as if the pending keys were written, without writing them (a
+        backward may still need the buffer)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if not self._pending:
             return
-        keys, ptr = self.keys.clone(), self.ptr.clone()
-        ids = self.ids.clone() if self.exclude_same_instance else None
+        names = ('keys', 'ptr', 'ids')[:3 if self.exclude_same_instance else 2]
+        state = {name: getattr(self, name).clone() for name in names}
         for new_keys, new_ids in self._pending:
-            write_ring(keys, ptr, ids, new_keys, new_ids)
-        destination[prefix + 'keys'] = keys
-        destination[prefix + 'ptr'] = ptr
-        if ids is not None:
-            destination[prefix + 'ids'] = ids
+            write_ring(state['keys'], state['ptr'], state.get('ids'), new_keys,
+                       new_ids)
+        destination.update({prefix + k: v for k, v in state.items()})
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Loading replaces the queue: pending keys belong to the old one
-        and are dropped."""
+        """Loading replaces the queue and drops the pending keys."""
         self._pending = []
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def same_instance_mask(
             self, ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """Mask of queued keys that belong to the same image as each query.
-
-        Args:
-            ids (torch.Tensor, optional): Dataset indices of the N queries.
-
-        Returns:
-            torch.Tensor or None: Bool tensor of shape (N, K), True where the
-            queued key is an older key of the query's own image; None when
-            ``exclude_same_instance`` is off.
-        """
+        """Bool (N, K), True where a queued key is an older key of the
+        query's image (``ids``: the N queries' dataset indices); None when
+        ``exclude_same_instance`` is off."""
         if not self.exclude_same_instance:
             return None
         if ids is None:
@@ -178,10 +129,9 @@ class NegativeKeyQueue(BaseModule):
         return ids.to(self.ids.device).view(-1, 1) == self.ids.view(1, -1)
 
     def _apply(self, fn, *args, **kwargs):
-        """``.to()``, ``.double()``, ``.half()``... write the pending keys,
-        then move the buffers as for any module, but the keys never drop
-        below ``float32`` (see the class notes): converted from their value
-        before the call, not rounded through the lower precision."""
+        """Write the pending keys, then convert as any module, but keys never
+        drop below ``float32`` (converted from their value before the call,
+        not rounded through the lower precision)."""
         self._write_pending()
         keys = self.keys
         super()._apply(fn, *args, **kwargs)
@@ -203,12 +153,9 @@ def _write_pending_before_forward(queue: NegativeKeyQueue, args) -> None:
 def write_ring(buffer: torch.Tensor, ptr: torch.Tensor,
                id_buffer: Optional[torch.Tensor], keys: torch.Tensor,
                ids: Optional[torch.Tensor]) -> None:
-    """Write a batch into a ring buffer in place, advancing ``ptr``.
-
-    A batch larger than the buffer keeps its newest keys, each in the slot it
-    would have reached had the batch been written key by key. The slots are
-    computed on the device: no host sync in the training step.
-    """
+    """Write a batch into a ring buffer in place, advancing ``ptr``, as if
+    key by key (a batch larger than the buffer keeps its newest keys); the
+    slots are computed on the device (no host sync)."""
     size, n = buffer.shape[0], keys.shape[0]
     offset = max(n - size, 0)
     keys = keys[offset:].to(buffer.dtype)

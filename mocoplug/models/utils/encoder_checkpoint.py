@@ -1,15 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Start a MoCo run's encoders from released weights (continued
 pretraining, Reed et al., "Self-Supervised Pretraining Improves
-Self-Supervised Pretraining", WACV 2022).
-
-The checkpoint's key layout is recognised from its keys: mocoplug's,
-mmpretrain's and mmselfsup's (``backbone.``, ``neck.``), the official MoCo
-v1/v2 (``module.encoder_q.``, its ``fc`` the projection) and v3
-(``module.base_encoder.``, its ``fc``/``head`` the projection), and a
-bare backbone (torchvision's ImageNet ResNets, whose ``fc`` is a classifier
-and is left out, and ``extract_backbone.py``'s output).
-"""
+Self-Supervised Pretraining", WACV 2022), the checkpoint's layout
+recognised from its keys (:data:`LAYOUTS`)."""
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
@@ -19,6 +12,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
 # name, backbone prefix, projection prefixes, keys that are not backbone
+# (torchvision's fc is a classifier: left out)
 LAYOUTS: List[Tuple[str, str, Tuple[str, ...], Tuple[str, ...]]] = [
     ('mocoplug / mmpretrain / mmselfsup', 'backbone.', ('neck.', ), ()),
     ('official MoCo v1/v2', 'module.encoder_q.', ('module.encoder_q.fc.', ),
@@ -43,6 +37,8 @@ def prefixes(keys: List[str], depth: int = 2, limit: int = 8) -> str:
 def _under(state: Dict[str, torch.Tensor],
            prefix: str,
            skip: Tuple[str, ...] = ()) -> Dict[str, torch.Tensor]:
+    """The tensors under ``prefix``, less those under ``prefix + skip``,
+    with the prefix removed."""
     n = len(prefix)
     return {
         k[n:]: v
@@ -53,23 +49,11 @@ def _under(state: Dict[str, torch.Tensor],
 
 def load_encoder_checkpoint(path: str, backbone: nn.Module,
                             neck: Optional[nn.Module]) -> Dict[str, str]:
-    """Load the query encoder of ``path`` into ``backbone`` (and ``neck``
-    where the checkpoint has a matching projection).
-
-    The checkpoint's backbone tensors must be exactly the backbone's (same
-    names and shapes, none missing, none left over: a deeper network's
-    first blocks would otherwise load silently). The projection is loaded
-    by name (mocoplug's layout) or, for the official layouts, tensor by
-    tensor in order when the count and every shape agree; otherwise the
-    neck keeps its initialisation.
-
-    Returns:
-        dict: ``layout`` and ``neck`` ('loaded' or why it stayed fresh).
-
-    Raises:
-        ValueError: No layout gives every backbone tensor; the message
-            names the checkpoint's key prefixes.
-    """
+    """Load the query encoder of ``path`` into ``backbone``, whose tensors
+    must match exactly (names, shapes, none left over; else ValueError),
+    and into ``neck`` when the projection's shapes agree (by name, or in
+    order for the official layouts). Returns ``layout`` and ``neck``
+    ('loaded' or why it stayed fresh)."""
     ckpt = _load_checkpoint(path, map_location='cpu')
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state:

@@ -1,5 +1,4 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from collections import Counter
 from typing import Dict, List, Optional
 
 import torch
@@ -9,51 +8,34 @@ from mmengine.model.weight_init import PretrainedInit, update_init_info
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from mocoplug.registry import WEIGHT_INITIALIZERS
+from .encoder_checkpoint import _under, prefixes
 
 
-def _summary(keys: List[str], limit: int = 8) -> str:
+def _summary(keys: List[str]) -> str:
     """'layer4.* (150), fc.* (2)' for a long list of state-dict keys."""
-    groups = Counter(key.split('.')[0] for key in keys)
-    parts = [f'{name}.* ({count})' for name, count in groups.most_common()]
-    more = f', +{len(parts) - limit} more' if len(parts) > limit else ''
-    return ', '.join(parts[:limit]) + more
+    return prefixes(keys, depth=1)
 
 
-# Registered as 'Pretrained' in mocoplug's scope, on purpose: mmengine
-# applies an init_cfg of type 'Pretrained' after the module's own
-# initialisation, and mmpretrain's backbones skip their re-initialisation
-# (ResNet's zero_init_residual, ViT's position embedding and layers) only
-# for that type; under any other name the loaded weights are overwritten.
-# Configs select it with `_scope_='mocoplug'`; mmengine's own 'Pretrained'
-# stays what every other scope gets.
+# Named 'Pretrained' on purpose: mmpretrain's backbones skip their own
+# re-initialisation only for that type (`_scope_='mocoplug'` selects it).
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class MoCoPretrainedInit(PretrainedInit):
     """Initialise a module from the query encoder of a MoCo checkpoint.
 
     Transfer as evaluated in `Momentum Contrast for Unsupervised Visual
     Representation Learning <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2):
-    only the query encoder is carried over. Use it as::
-
-        init_cfg=dict(type='Pretrained', _scope_='mocoplug',
-                      checkpoint=pretrained, prefix='backbone.')
-
-    Tensors are taken from the keys under ``prefix`` (``'backbone.'``:
-    mocoplug's, mmpretrain's, mmselfsup's and ``extract_backbone.py``'s
-    checkpoints; ``'module.encoder_q.'``: the official ones), so the
-    momentum encoder is never read; several modules may share a checkpoint
-    (a C4 detector's backbone and res5 head). Unlike mmengine's
-    ``Pretrained`` it logs a report (loaded / missing / unexpected /
-    mismatched) and raises when the module receives none of its tensors.
+    only the query encoder is carried over. Unlike mmengine's ``Pretrained``
+    it logs what it loaded, missed and skipped, and raises when the module
+    receives none of its tensors.
 
     Args:
-        checkpoint (str): Path of the checkpoint. In mocoplug's configs it
-            is filled from the top-level ``pretrained`` option by their
-            runner, ``MoCoRunner``.
-        prefix (str, optional): Key prefix of the tensors to load, removed
-            before matching. None loads every key (a leading ``module.`` of
-            a DDP checkpoint removed). Defaults to None.
-        map_location (str): Device to load the checkpoint on. Defaults to
-            ``'cpu'``.
+        checkpoint (str): Path of the checkpoint (in mocoplug's configs
+            filled from ``pretrained`` by ``MoCoRunner``).
+        prefix (str, optional): Key prefix of the tensors to load
+            (``'backbone.'``; ``'module.encoder_q.'`` for the official
+            checkpoints), removed before matching. None loads every key,
+            less a leading ``module.``. Defaults to None.
+        map_location (str): Device to load on. Defaults to ``'cpu'``.
     """
 
     def __init__(self,
@@ -72,11 +54,7 @@ class MoCoPretrainedInit(PretrainedInit):
                 (k[7:] if k.startswith('module.') else k): v
                 for k, v in state_dict.items()
             }
-        n = len(self.prefix)
-        return {
-            k[n:]: v
-            for k, v in state_dict.items() if k.startswith(self.prefix)
-        }
+        return _under(state_dict, self.prefix)
 
     def __call__(self, module: nn.Module) -> None:
         if not self.checkpoint:
@@ -85,12 +63,9 @@ class MoCoPretrainedInit(PretrainedInit):
                 'with --cfg-options pretrained=PATH, or set '
                 'init_cfg.checkpoint in the config. `pretrained` reaches '
                 "this init_cfg through the config's runner_type "
-                "('mocoplug.MoCoRunner'), which mmengine builds with "
-                '`RUNNERS.build(cfg)` (from mmengine.registry), as '
-                "mocoplug's, mmpretrain's and mmdet's tools/train.py and "
-                '`mim train` do; `Runner.from_cfg(cfg)` ignores '
-                'runner_type, so in your own script call '
-                '`RUNNERS.build(cfg)` instead.')
+                "('mocoplug.MoCoRunner'), which `Runner.from_cfg(cfg)` "
+                'ignores: as tools/train.py and `mim train` do, call '
+                "`RUNNERS.build(cfg)` (mmengine.registry) instead.")
         ckpt = _load_checkpoint(
             self.checkpoint, map_location=self.map_location)
         state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) \
@@ -112,10 +87,7 @@ class MoCoPretrainedInit(PretrainedInit):
             for k, v in source.items()
             if k in target and v.shape == target[k].shape
         }
-        mismatched = [
-            k for k in source
-            if k in target and source[k].shape != target[k].shape
-        ]
+        mismatched = [k for k in source if k in target and k not in loaded]
         missing = [k for k in target if k not in loaded]
         unexpected = [k for k in source if k not in target]
         name = type(module).__name__

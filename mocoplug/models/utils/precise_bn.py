@@ -13,31 +13,12 @@ def precise_bn_stats(model: nn.Module,
                      batches: Iterable,
                      num_iters: int,
                      forward: Optional[Callable[[Any], Any]] = None) -> int:
-    """Set the running statistics of the model's training BN layers to
-    their average over ``num_iters`` batches.
-
-    Each BN layer in training mode gets, as running mean (variance), the
-    mean over the batches of the batch mean (variance) it sees in
-    ``forward``, the weights being fixed; with several processes the
-    averages are then averaged across them. A BN layer called more than
-    once per forward keeps its last call, as in detectron2/fvcore's
-    ``update_bn_stats`` (`Rethinking "Batch" in BatchNorm
-    <https://arxiv.org/abs/2105.07576>`_).
-
-    Args:
-        model (nn.Module): The model (unwrapped), with its BN layers to
-            update in training mode.
-        batches (Iterable): Batches as the training dataloader yields them.
-        num_iters (int): Number of batches to use (fewer if ``batches``
-            runs out first).
-        forward (callable, optional): Runs the model on one batch. Defaults
-            to the training forward of an mmengine model,
-            ``model(**model.data_preprocessor(batch, True), mode='loss')``.
-
-    Returns:
-        int: The number of batches used (0 if the model has no BN layer in
-        training mode, which is then left as it was).
-    """
+    """Set the running statistics of the model's training BN layers to the
+    mean of their batch statistics over ``num_iters`` batches and processes,
+    as fvcore's ``update_bn_stats`` (`Rethinking "Batch" in BatchNorm
+    <https://arxiv.org/abs/2105.07576>`_). ``forward`` runs the model on a
+    batch (default: its training forward). Returns the batches used (0, the
+    model untouched, without BN in training mode)."""
     if forward is None:
 
         def forward(data):

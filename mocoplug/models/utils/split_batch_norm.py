@@ -23,10 +23,9 @@ def memory_format(x: torch.Tensor) -> torch.memory_format:
 
 
 class _ToMemoryFormat(torch.autograd.Function):
-    """A copy of ``x`` in ``layout`` whose gradient is given back in ``x``'s
-    own format (autograd's ``contiguous`` passes the gradient through in
-    whatever format it arrives). Always a new tensor, so in-place layers
-    (``ReLU(inplace=True)``) may follow."""
+    """A copy (so in-place layers may follow) of ``x`` in ``layout`` whose
+    gradient comes back in ``x``'s format (autograd's ``contiguous`` keeps
+    whatever format the gradient arrives in)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor,
@@ -44,30 +43,15 @@ class SplitBatchNorm(_BatchNorm):
     """BatchNorm whose training statistics come from ``num_splits`` slices
     of the batch, as if each slice sat on its own GPU.
 
-    This is how the MoCo authors reproduce Shuffle BN on a single GPU (the
-    ``SplitBatchNorm`` of their CIFAR-10 demo of `Momentum Contrast for
-    Unsupervised Visual Representation Learning
-    <https://arxiv.org/abs/1911.05722>`_): with the key batch shuffled before
-    the key encoder, a query and its positive key are normalised with the
-    statistics of different sub-batches, so BN cannot leak which key is the
-    positive. It replaces the 1-D (projection heads), 2-D and 3-D BN layers
-    alike; the input is (N, C, ...).
-
-    Sample ``i`` belongs to slice ``i % num_splits``. The fast path folds
-    the slices into channels (one ``batch_norm`` call); a batch that does
-    not divide evenly (e.g. a short last batch) is normalised slice by
-    slice. Running statistics are the mean of the slices' updates. In eval
-    mode it is a plain BatchNorm; its state dict is that of a BatchNorm.
-
-    The output and the input's gradient keep the input's memory format; a
-    channels-last batch cannot fold slices into channels without a copy, so
-    the fast path normalises a contiguous copy and converts back (same
-    values, two copies each way).
+    The MoCo authors' single-GPU Shuffle BN (the ``SplitBatchNorm`` of the
+    CIFAR-10 demo of `Momentum Contrast for Unsupervised Visual
+    Representation Learning <https://arxiv.org/abs/1911.05722>`_). Sample
+    ``i`` belongs to slice ``i % num_splits``; running statistics are the
+    mean of the slices' updates. In eval mode a plain BatchNorm.
 
     Args:
         num_features (int): Number of channels C.
-        num_splits (int): Number of slices the batch is cut into. Defaults
-            to 8.
+        num_splits (int): Number of slices. Defaults to 8.
         **kwargs: Other arguments of :class:`torch.nn.BatchNorm2d`.
     """
 
@@ -93,8 +77,7 @@ class SplitBatchNorm(_BatchNorm):
             raise ValueError(
                 f'SplitBatchNorm: a batch of {n} cannot be cut into '
                 f'{splits} slices; raise the batch size or lower num_splits')
-        # momentum None (a cumulative average): batch_norm leaves the batch
-        # statistics, _store_running averages them in on the device
+        # momentum None: _store_running does the cumulative average
         momentum = 1.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
             self.num_batches_tracked.add_(1)
@@ -102,7 +85,7 @@ class SplitBatchNorm(_BatchNorm):
             mean = self.running_mean.repeat(splits)
             var = self.running_var.repeat(splits)
             layout = memory_format(x)
-            if layout != torch.contiguous_format:  # channels-last
+            if layout != torch.contiguous_format:  # no fold without a copy
                 x = _ToMemoryFormat.apply(x, torch.contiguous_format)
             out = F.batch_norm(
                 x.reshape(n // splits, c * splits, *x.shape[2:]), mean, var,
@@ -138,20 +121,9 @@ class SplitBatchNorm(_BatchNorm):
 
     @classmethod
     def convert(cls, module: nn.Module, num_splits: int) -> nn.Module:
-        """Replace every plain BatchNorm{1,2,3}d in ``module`` by a split one.
-
-        Parameters and buffers are shared, not copied, so the converted
-        module trains the same weights and keeps the same state dict keys.
-        ``SyncBatchNorm`` and other norms are left alone.
-
-        Args:
-            module (nn.Module): The module to convert in place.
-            num_splits (int): Number of slices.
-
-        Returns:
-            nn.Module: ``module`` itself, or the new layer if ``module`` is
-            a plain BatchNorm.
-        """
+        """Replace, in place, every plain BatchNorm{1,2,3}d in ``module`` by a
+        split one sharing its parameters and buffers (not SyncBN). Returns
+        ``module``, or the new layer if ``module`` is a plain BatchNorm."""
         if type(module) in SPLITTABLE:
             new = cls(
                 module.num_features,

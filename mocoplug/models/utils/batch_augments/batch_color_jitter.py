@@ -1,17 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Colour jitter on a batch, per-sample parameters, value for value the
-per-image :class:`~mocoplug.datasets.transforms.FastColorJitter`.
+per-image :class:`~mocoplug.datasets.transforms.FastColorJitter` (PIL's
+blends bit for bit, hue within one grey level).
 
-Images are float32 ``B x 3 x H x W`` tensors holding uint8 values (0-255,
-integers) in mmcv's BGR order, as between two per-image transforms.
-Brightness, contrast and saturation are PIL's ``ImageEnhance`` blends (what
-FastColorJitter and mmpretrain's ``ColorJitter`` compute): ``out =
-trunc(clip(d + f * (x - d)))`` in float32, ``d`` black, the image's rounded
-mean grey level, or its grey image, grey being PIL's fixed-point ITU-R
-601-2 luma. Every intermediate is an integer or a single float32 product /
-sum, the same operations PIL performs, so the results are bit-identical.
-The hue is rotated in float HSV, as FastColorJitter's OpenCV code, and
-rounded once.
+Images are float32 ``B x 3 x H x W`` tensors holding uint8 values in mmcv's
+BGR order, as between two per-image transforms.
 """
 from typing import Dict, Optional, Tuple
 
@@ -34,9 +27,7 @@ def pil_luma(images: torch.Tensor) -> torch.Tensor:
 
 def pil_rounded_mean(luma: torch.Tensor) -> torch.Tensor:
     """``int(mean + 0.5)`` of each sample's grey levels, as PIL's
-    ``ImageEnhance.Contrast``, in integers: ``(2 S + n) // (2 n)``. Equal to
-    PIL's float64 result: the exact value is an integer or at least
-    ``1 / (2 n)`` from one, far more than float64's error near 255."""
+    ``ImageEnhance.Contrast``, in integers: ``(2 S + n) // (2 n)``."""
     n = luma[0].numel()
     total = luma.sum(dim=(1, 2, 3), dtype=torch.int64)
     return (2 * total + n) // (2 * n)
@@ -55,13 +46,8 @@ def pil_blend(degenerate: torch.Tensor, images: torch.Tensor,
 
 def enhance(images: torch.Tensor, op: torch.Tensor,
             factor: torch.Tensor) -> torch.Tensor:
-    """One of brightness / contrast / saturation per sample, or nothing.
-
-    Args:
-        images (Tensor): float32 BGR batch of uint8 values.
-        op (Tensor): ``B`` ints: BRIGHTNESS, CONTRAST, SATURATION or NO_OP.
-        factor (Tensor): ``B`` enhancement factors (ignored for NO_OP).
-    """
+    """Per sample, the op (``B`` ints: BRIGHTNESS, CONTRAST, SATURATION or
+    NO_OP) with its ``factor`` (``B``)."""
     luma = pil_luma(images)
     mean = pil_rounded_mean(luma).view(-1, 1, 1, 1)
     op = op.view(-1, 1, 1, 1)
@@ -73,15 +59,8 @@ def enhance(images: torch.Tensor, op: torch.Tensor,
 
 def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
     """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV,
-    rounding once: FastColorJitter's :func:`~mocoplug.datasets.transforms.
-    fast_color_jitter.rotate_hue`.
-
-    The map from RGB to rotated RGB is continuous (at grey pixels the hue
-    has no effect), and both compute it in float32 from the same input, so
-    before rounding they differ by float32 rounding error (about 1e-4 grey
-    levels): the rounded outputs differ by at most 1 grey level, only
-    where the exact value is that close to a half level.
-    """
+    rounding once, as FastColorJitter's :func:`~mocoplug.datasets.transforms.
+    fast_color_jitter.rotate_hue` (within one grey level)."""
     x = images * np.float32(1 / 255)
     b, g, r = x.unbind(1)
     value = torch.maximum(torch.maximum(r, g), b)
@@ -110,13 +89,8 @@ class BatchColorJitter:
     """mmpretrain's ``RandomApply([ColorJitter])`` on a batch: per sample,
     with probability ``prob``, brightness, contrast, saturation and hue
     factors drawn uniformly from their ranges and applied in a random
-    order (a uniform permutation, as torchvision and mmpretrain).
-
-    To apply the four operations in each sample's order without indexing
-    the batch by sample, the enabled blends (brightness, contrast,
-    saturation) run in slots: each sample's blends before its hue step,
-    the hue rotation once for the whole batch, then its blends after it;
-    a slot a sample has no blend for is the identity (factor 1, exact).
+    order (a uniform permutation, as torchvision and mmpretrain). The
+    blends run in slots before and after the batch's one hue rotation.
 
     Args:
         brightness, contrast, saturation (tuple, optional): ``(min, max)``
@@ -131,12 +105,8 @@ class BatchColorJitter:
                  saturation: Optional[Tuple[float, float]] = None,
                  hue: Optional[Tuple[float, float]] = None,
                  prob: float = 1.) -> None:
-        self.ranges = {
-            BRIGHTNESS: brightness,
-            CONTRAST: contrast,
-            SATURATION: saturation,
-            HUE: hue
-        }
+        # keyed by BRIGHTNESS, CONTRAST, SATURATION, HUE
+        self.ranges = dict(enumerate((brightness, contrast, saturation, hue)))
         self.prob = float(prob)
         self.blends = [
             op for op in (BRIGHTNESS, CONTRAST, SATURATION)

@@ -1,43 +1,18 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Gaussian blur on a batch with a sigma per sample, bit-identical to
-OpenCV's ``GaussianBlur`` on uint8 images as
+OpenCV's uint8 fixed-point ``GaussianBlur`` as
 :class:`~mocoplug.datasets.transforms.FastGaussianBlur` calls it (kernel
-width ``2 ceil(3 sigma) + 1``, reflected border ``BORDER_REFLECT_101``).
-
-For uint8 images OpenCV blurs in fixed point: the 1-D kernel (its
-bit-exact float64 Gaussian, normalised to sum 1) is quantised to integers
-summing to 256 with error diffusion, a row pass and a column pass sum the
-exact integer products, and the result is rounded once, ``(v + 2^15) >>
-16``. Here the kernel is computed with the same float64 operations in the
-same order and the passes sum the same integers exactly (see
-:func:`fixed_point_blur`), so no step rounds differently on any device.
-(OpenCV computes the float64 exponential in software; torch's may differ
-in the last bit, which changes a quantised coefficient only if it lands
-within 1e-13 of a half-integer.)
-"""
+width ``2 ceil(3 sigma) + 1``, border ``BORDER_REFLECT_101``)."""
 import math
 from typing import Dict, Tuple
 
 import torch
 
 
-def kernel_radius(sigma: float) -> int:
-    """Half-width of FastGaussianBlur's kernel: ``ceil(3 sigma)``."""
-    return math.ceil(3 * sigma)
-
-
 def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
-    """OpenCV's uint8 Gaussian kernels for a batch of sigmas.
-
-    Args:
-        sigma (Tensor): float64 ``B``; 0 gives the identity kernel.
-        max_radius (int): Half-width of the returned kernels, at least
-            ``ceil(3 sigma)`` for every sigma.
-
-    Returns:
-        Tensor: int32 ``B x (2 max_radius + 1)``, each summing to 256, zero
-        beyond the sample's own half-width ``ceil(3 sigma)``.
-    """
+    """OpenCV's uint8 Gaussian kernels for ``B`` float64 sigmas (0: the
+    identity): int32 ``B x (2 max_radius + 1)``, each summing to 256, zero
+    beyond its own half-width ``ceil(3 sigma) <= max_radius``."""
     sigma = sigma.to(torch.float64)
     identity = sigma <= 0
     sigma = torch.where(identity, torch.ones_like(sigma), sigma)
@@ -84,46 +59,27 @@ def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
 
 def fixed_point_blur(images: torch.Tensor,
                      kernels: torch.Tensor) -> torch.Tensor:
-    """Separable blur of a batch, one integer kernel (sum 256) per sample,
-    computed as OpenCV's fixed point: the exact integer sums, rounded once.
-
-    The sums run in float32, which holds them exactly: every product and
-    partial sum is a non-negative integer below ``255 * 256 * 256 < 2^24``,
-    so neither the summation order nor fused multiply-adds can change a
-    bit, on any device.
-
-    Args:
-        images (Tensor): float32 ``B x C x H x W`` holding uint8 values.
-        kernels (Tensor): integer ``B x (2 r + 1)``.
-
-    Returns:
-        Tensor: float32, the blurred uint8 values.
-    """
+    """Separable blur of float32 ``B x C x H x W`` uint8 values, one
+    integer kernel ``B x (2 r + 1)`` (sum 256) per sample, as OpenCV's fixed
+    point: exact integer sums (float32 holds them exactly), rounded once."""
     radius = kernels.shape[1] // 2
     height, width = images.shape[-2:]
     weights = kernels.to(torch.float32).view(kernels.shape[0], 1, 1, 1, -1)
-    padded = images.to(torch.float32).index_select(
-        3, _reflect_101(width, radius, images.device))
-    rows = padded[..., 0:width] * weights[..., 0]
-    for j in range(1, 2 * radius + 1):
-        rows.addcmul_(padded[..., j:j + width], weights[..., j])
-    padded = rows.index_select(2, _reflect_101(height, radius, images.device))
-    cols = padded[..., 0:height, :] * weights[..., 0]
-    for j in range(1, 2 * radius + 1):
-        cols.addcmul_(padded[..., j:j + height, :], weights[..., j])
+    out = images.to(torch.float32)
+    for dim, size in ((3, width), (2, height)):  # rows, then columns
+        padded = out.index_select(dim, _reflect_101(size, radius,
+                                                    images.device))
+        out = padded.narrow(dim, 0, size) * weights[..., 0]
+        for j in range(1, 2 * radius + 1):
+            out.addcmul_(padded.narrow(dim, j, size), weights[..., j])
     # (v + 2^15) >> 16: adding and scaling by a power of 2 are exact
-    return cols.add_(1 << 15).mul_(1 / 65536).floor_().clamp_(max=255)
+    return out.add_(1 << 15).mul_(1 / 65536).floor_().clamp_(max=255)
 
 
 class BatchGaussianBlur:
     """mmpretrain's ``GaussianBlur`` on a batch: with probability ``prob``
-    a sample is blurred with sigma drawn uniformly from ``sigma_range``
-    (a fixed sigma when both ends are equal).
-
-    Args:
-        sigma_range (tuple): ``(min, max)`` of sigma, > 0.
-        prob (float): Probability of blurring a sample.
-    """
+    a sample is blurred with sigma drawn uniformly from ``sigma_range``,
+    ``(min, max)``, ``0 < min <= max``."""
 
     def __init__(self, sigma_range: Tuple[float, float], prob: float) -> None:
         low, high = (float(s) for s in sigma_range)
@@ -132,7 +88,7 @@ class BatchGaussianBlur:
                              f'0 < min <= max, got {sigma_range}')
         self.sigma_range = (low, high)
         self.prob = float(prob)
-        self.max_radius = kernel_radius(high)
+        self.max_radius = math.ceil(3 * high)  # FastGaussianBlur's
 
     def sample(self, num: int, generator: torch.Generator,
                device: torch.device) -> Dict[str, torch.Tensor]:

@@ -5,17 +5,10 @@ import torch
 
 
 class BatchRandomGrayscale:
-    """mmcv's ``RandomGrayscale`` (``keep_channels=True``) on a batch,
-    bit-identical to it and to
-    :class:`~mocoplug.datasets.transforms.FastRandomGrayscale`.
-
-    The grey level is ``trunc(w0 x0 + w1 x1 + w2 x2)`` with the weights
-    divided by their sum, in float64, summed in channel order: the same
-    IEEE operations as mmcv's NumPy code, so the same result on any
-    device with float64.
-
-    Images: float32 ``B x 3 x H x W`` holding uint8 values, the channel
-    order the weights are given in (mmcv's BGR).
+    """mmcv's ``RandomGrayscale`` (``keep_channels=True``) on float32
+    ``B x 3 x H x W`` uint8 values, bit-identical to it and to
+    :class:`~mocoplug.datasets.transforms.FastRandomGrayscale` (mmcv's
+    float64 operations, in its order).
 
     Args:
         prob (float): Probability of turning a sample grey.

@@ -3,6 +3,8 @@ from typing import Dict
 
 import torch
 
+from .batch_random_grayscale import BatchRandomGrayscale
+
 
 class BatchSolarize:
     """mmpretrain's ``Solarize`` with a fixed threshold on a batch: with
@@ -18,12 +20,7 @@ class BatchSolarize:
         self.thr = float(thr)
         self.prob = float(prob)
 
-    def sample(self, num: int, generator: torch.Generator,
-               device: torch.device) -> Dict[str, torch.Tensor]:
-        """Draw ``apply`` (bool) per sample."""
-        draw = torch.rand(
-            num, generator=generator, device=device, dtype=torch.float64)
-        return dict(apply=draw < self.prob)
+    sample = BatchRandomGrayscale.sample  # ``apply`` (bool) per sample
 
     def __call__(self, images: torch.Tensor,
                  params: Dict[str, torch.Tensor]) -> torch.Tensor:

@@ -1,18 +1,9 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Decode a batch of image files on a device and cut the views' crops
-there: the device half of :class:`~mocoplug.datasets.transforms.
-CropBoxMultiView`.
-
-JPEGs are decoded with ``torchvision.io.decode_jpeg`` on the target device
-(nvjpeg, the whole batch in one call, on CUDA; libjpeg-turbo on CPU); other
-formats with ``torchvision.io.decode_image`` on the CPU, then copied. The
-EXIF orientation is applied as OpenCV's decoding does. The crops are
-resized with PIL's antialiased filter (mmpretrain's
-``RandomResizedCrop(backend='pillow')``), as the workers' crops
-(:func:`~mocoplug.datasets.transforms.antialiased_resized_crop.
-antialiased_resized_crop`), all at once: two batched matrix products per
-view over the zero-padded images.
-"""
+"""Decode a batch of image files on a device and cut the views' crops there,
+the device half of :class:`~mocoplug.datasets.transforms.CropBoxMultiView`:
+JPEGs decoded on the device (others on the CPU), EXIF orientation applied
+as OpenCV does, crops resized with PIL's antialiased filter as the workers'
+(two batched matrix products per view; docs/design_notes.md)."""
 import warnings
 from typing import Dict, Iterator, List, Sequence, Tuple
 
@@ -32,12 +23,9 @@ def _as_tensor(data: bytes) -> torch.Tensor:
 
 def decode_images(encoded: Sequence[bytes],
                   device: torch.device) -> List[torch.Tensor]:
-    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``.
-
-    JPEGs are decoded on ``device`` in one call; if that fails (nvjpeg
-    rejects some files, e.g. CMYK), each is retried alone, and one the
-    device cannot decode goes through the CPU. Other formats are decoded
-    on the CPU and copied."""
+    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``: JPEGs
+    on ``device`` (in one call, else one by one, else on the CPU), other
+    formats on the CPU."""
     device = torch.device(device)
     images = [None] * len(encoded)
     jpegs = [i for i, data in enumerate(encoded) if data[:3] == JPEG_MAGIC]
@@ -58,16 +46,9 @@ def decode_images(encoded: Sequence[bytes],
 def _decode_jpegs(data: List[torch.Tensor],
                   device: torch.device) -> List[torch.Tensor]:
     """``decode_jpeg`` of the files on ``device``, in one call, else one by
-    one (None for a file the device cannot decode).
-
-    On CUDA torchvision's decoder allocates its outputs on the caller's
-    stream and writes them on a stream of its own without waiting for the
-    caller's (pytorch/vision PR #9606): memory the caching allocator hands
-    out there may still be read by work queued before. So the decode runs
-    on a side stream that first waits for the current one, the current
-    stream then waits for the decode, and every output records the
-    current stream, which reads it after the side stream allocated it.
-    """
+    one (None for a file the device cannot decode). On CUDA on a side
+    stream, against torchvision's stream race (pytorch/vision PR #9606,
+    docs/design_notes.md)."""
 
     def decode(files):
         try:
@@ -76,16 +57,17 @@ def _decode_jpegs(data: List[torch.Tensor],
         except RuntimeError:
             return None
 
-    if device.type != 'cuda':
+    def decode_all():
         decoded = decode(data)
         return decoded if decoded is not None else [decode(d) for d in data]
+
+    if device.type != 'cuda':
+        return decode_all()
     current = torch.cuda.current_stream(device)
     side = _DECODE_STREAMS.setdefault(device, torch.cuda.Stream(device))
     side.wait_stream(current)
     with torch.cuda.stream(side):
-        decoded = decode(data)
-        if decoded is None:
-            decoded = [decode(d) for d in data]
+        decoded = decode_all()
     current.wait_stream(side)
     for image in decoded:
         if image is not None:
@@ -97,20 +79,14 @@ def apply_exif_orientation(image: torch.Tensor,
                            orientation: int) -> torch.Tensor:
     """Turn a ``C x H x W`` image as EXIF ``orientation`` (1-8) says, as
     PIL's ``ImageOps.exif_transpose`` and OpenCV's decoders do."""
-    if orientation == 2:
+    if orientation in (5, 6, 7, 8):
+        image = image.transpose(-2, -1)
+    if orientation in (2, 6):
         return image.flip(-1)
-    if orientation == 3:
+    if orientation in (3, 7):
         return image.flip(-2, -1)
-    if orientation == 4:
+    if orientation in (4, 8):
         return image.flip(-2)
-    if orientation == 5:
-        return image.transpose(-2, -1)
-    if orientation == 6:
-        return image.transpose(-2, -1).flip(-1)
-    if orientation == 7:
-        return image.transpose(-2, -1).flip(-2, -1)
-    if orientation == 8:
-        return image.transpose(-2, -1).flip(-2)
     return image
 
 
@@ -118,22 +94,11 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
                  crop_boxes: torch.Tensor, flips: torch.Tensor,
                  sizes: Sequence[Tuple[int, int]], modes: Sequence[str],
                  device: torch.device) -> List[torch.Tensor]:
-    """Decode a batch and cut every view.
-
-    Args:
-        encoded (Sequence[bytes]): ``B`` files.
-        orientations (Tensor): ``B`` EXIF orientations (CPU).
-        crop_boxes (Tensor): ``B x V x 4`` boxes (CPU), in the oriented
-            image: top, left, height, width.
-        flips (Tensor): ``B x V`` horizontal flips (CPU).
-        sizes (Sequence[tuple]): ``V`` output sizes (height, width).
-        modes (Sequence[str]): ``V`` interpolation modes.
-        device (torch.device): Where to decode and crop.
-
-    Returns:
-        list[Tensor]: ``V`` uint8 ``B x 3 x h x w`` BGR views (mmcv's
-        channel order, as the workers' views).
-    """
+    """Decode ``B`` files on ``device`` and cut every view: ``V`` uint8
+    ``B x 3 x h x w`` BGR views (as the workers'). ``orientations`` (``B``),
+    ``crop_boxes`` (``B x V x 4``: top, left, height, width in the oriented
+    image) and ``flips`` (``B x V``) are CPU tensors; ``sizes`` and
+    ``modes`` give each view's (height, width) and interpolation."""
     device = torch.device(device)
     # (the boxes, flips and orientations are CPU tensors: no device sync)
     images = [
@@ -158,9 +123,8 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` on ``device``; from the host to CUDA it is copied from
-    pinned memory (pinned here unless the data loader did it) without
-    making the host wait."""
+    """``tensor`` on ``device``, from the host to CUDA through pinned memory
+    without a host wait."""
     device = torch.device(device)
     if device.type == 'cuda' and tensor.device.type == 'cpu' \
             and not tensor.is_pinned():
@@ -200,20 +164,10 @@ def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
                    size: int, mode: str) -> torch.Tensor:
-    """The weights of PIL's antialiased resize (torch's ``interpolate(...,
-    antialias=True)``) of spans of an axis of ``size`` pixels to ``out``.
-
-    Args:
-        starts (Tensor): ``N`` first pixels of the spans (float).
-        lengths (Tensor): ``N`` lengths of the spans (float).
-        out (int): Output length.
-        size (int): Length of the axis.
-        mode (str): 'bilinear' or 'bicubic'.
-
-    Returns:
-        Tensor: ``N x out x size`` float32; row ``i`` of span ``n`` weighs
-        the pixels of the span, zero outside it, and sums to 1.
-    """
+    """The weights (``N x out x size`` float32, rows summing to 1) of PIL's
+    antialiased 'bilinear' or 'bicubic' resize (torch's ``interpolate(...,
+    antialias=True)``) of ``N`` spans (float ``starts``, ``lengths``) of an
+    axis of ``size`` pixels to ``out`` pixels."""
     starts, lengths = starts[:, None, None], lengths[:, None, None]
     scale = lengths / out
     stretch = scale.clamp(min=1.)  # the filter's support grows downscaling
@@ -237,19 +191,9 @@ def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
 def resized_crops(images: torch.Tensor, boxes: torch.Tensor,
                   size: Tuple[int, int], mode: str) -> torch.Tensor:
     """Crop ``boxes`` of a padded float batch and resize them to ``size``
-    with PIL's antialiased filter, all at once (a product with the row
-    weights, then with the column weights).
-
-    Args:
-        images (Tensor): ``N x C x H x W`` float32 images.
-        boxes (Tensor): ``N x 4`` boxes (top, left, height, width) on the
-            images' device, one per image.
-        size (tuple): Output (height, width).
-        mode (str): 'bilinear' or 'bicubic'.
-
-    Returns:
-        Tensor: ``N x C x h x w`` float32, not rounded.
-    """
+    with PIL's antialiased filter (row weights @ images @ column weights).
+    ``boxes``: ``N x 4`` (top, left, height, width) on the images' device;
+    returns ``N x C x h x w`` float32, not rounded."""
     top, left, height, width = boxes.float().unbind(-1)
     rows = filter_weights(top, height, size[0], images.shape[-2], mode)
     cols = filter_weights(left, width, size[1], images.shape[-1], mode)

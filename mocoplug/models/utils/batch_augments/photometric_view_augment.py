@@ -46,11 +46,9 @@ def _color_jitter(jitter, prob: float, name: str) -> BatchColorJitter:
 
 def build_batch_op(cfg: dict):
     """The batched operation of one photometric transform config, built
-    from the per-image transform itself (so its argument checks and
-    defaults apply)."""
+    from the per-image transform (its checks and defaults apply)."""
     name = transform_name(cfg)
-    # (in mocoplug's scope: RandomApply builds its inner transforms in the
-    # default scope's registry)
+    # RandomApply builds its inner transforms in the default scope
     with DefaultScope.overwrite_default_scope('mocoplug'):
         transform = TRANSFORMS.build(copy.deepcopy(dict(cfg)))
     if name == 'RandomApply':
@@ -78,19 +76,12 @@ def build_batch_op(cfg: dict):
 
 
 class PhotometricViewAugment:
-    """The photometric steps of a view pipeline, applied to a batch of
-    views with per-sample random parameters, in the pipeline's order.
-
-    Args:
-        pipeline (Sequence[dict]): The whole view pipeline (as given to
-            ``MultiView``); its geometric steps are the workers' and are
-            skipped here (see :func:`~mocoplug.datasets.transforms.
-            view_pipeline_split.split_view_pipeline`).
-    """
+    """The photometric steps of a view pipeline (as given to ``MultiView``;
+    its geometric steps are the workers'), applied in order to a batch of
+    views with per-sample random parameters."""
 
     def __init__(self, pipeline: Sequence[dict]) -> None:
-        worker, device = split_view_pipeline(pipeline)
-        self.geometric = worker
+        self.geometric, device = split_view_pipeline(pipeline)
         self.ops = [build_batch_op(cfg) for cfg in device]
 
     def sample(self, num: int, generator: torch.Generator,
