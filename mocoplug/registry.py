@@ -1,22 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mocoplug's registry nodes.
-
-Every node but ``RUNNERS`` (see there) is a child of mmpretrain's node of
-the same kind (which is itself a child of mmengine's root), so with
-``default_scope = 'mocoplug'`` a config reaches mocoplug's components first,
-then everything mmpretrain and mmengine register (``ResNet``, ``LARS``,
-``MultiView``, ``UniversalVisualizer``...).
-mmdet's components are reached with the ``mmdet.`` prefix, or by setting
-``default_scope = 'mmdet'`` as the detection configs do.
-
-A node must exist for every kind, even those mocoplug adds nothing to:
-mmengine switches to the registry of the default scope and, if that scope
-has no node of the kind, falls back to mmengine's root and loses
-mmpretrain's entries (e.g. the ``LARS`` optimizer). Each node also lists
-its mmpretrain parent's import locations: mmengine imports only a node's
-own locations before a look-up, so without them an mmpretrain component
-not imported yet (``LARS`` again) would not be found from mocoplug's scope.
-"""
+"""mocoplug's registry nodes: children of mmpretrain's (``RUNNERS``: of
+mmengine's root), one for every kind and with their parent's import
+locations, so that ``default_scope = 'mocoplug'`` reaches mmpretrain's and
+mmengine's components too."""
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
@@ -35,11 +21,7 @@ def _child(name: str, parent: Registry, locations: list) -> Registry:
         locations=locations + list(parent._locations))
 
 
-# Runners are the exception: a child of mmengine's root, because the tools
-# build the runner before any default scope is set, from mmengine's root
-# node, which finds a scope-qualified name ('mocoplug.MoCoRunner') only
-# among its own children. mmpretrain registers no runner, so nothing of
-# its is lost.
+# the tools build the runner from mmengine's root before any default scope
 RUNNERS = _child('runner', MMENGINE_RUNNERS, _ENGINE)
 RUNNER_CONSTRUCTORS = _child('runner constructor',
                              mmpretrain_registry.RUNNER_CONSTRUCTORS, _ENGINE)

@@ -1,14 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Fix mmcv 2.1.0's ``adjust_hue`` under numpy >= 2.
-
-mmcv 2.1.0 rotates the hue channel with ``h += np.uint8(hue_factor * 255)``
-and relies on the old wrap-around of negative numbers. numpy >= 2 raises
-``OverflowError`` instead, so mmpretrain's ``ColorJitter`` with ``hue > 0``
-(MoCo v1/v2's augmentation) fails on every image that draws a negative hue
-shift. mmcv offers no hook for this, so :func:`patch_adjust_hue` replaces
-the function where mmpretrain and mmcv look it up, with the same code and
-an explicit modulo-256 shift. It is applied once on ``import mocoplug`` and
-only when the installed numpy shows the problem.
+"""Fix mmcv 2.1.0's ``adjust_hue`` under numpy >= 2: its
+``np.uint8(hue_factor * 255)`` raises ``OverflowError`` on a negative hue
+shift, so the same code with the shift wrapped modulo 256 replaces it.
 """
 from typing import Optional
 
@@ -35,18 +28,8 @@ def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
 def adjust_hue(img: np.ndarray,
                hue_factor: float,
                backend: Optional[str] = None) -> np.ndarray:
-    """mmcv's ``adjust_hue`` with the hue shift wrapped modulo 256.
-
-    Args:
-        img (ndarray): BGR image.
-        hue_factor (float): Shift of the hue channel in [-0.5, 0.5] of a
-            full turn.
-        backend (str, optional): ``'cv2'`` or ``'pillow'``; mmcv's
-            ``imread_backend`` by default.
-
-    Returns:
-        ndarray: The hue-adjusted image.
-    """
+    """mmcv's ``adjust_hue`` (BGR image, ``hue_factor`` in [-0.5, 0.5] of a
+    turn) with the hue shift wrapped modulo 256."""
     if backend is None:
         backend = mmcv.image.io.imread_backend
     if backend not in ('cv2', 'pillow'):

@@ -1,14 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mmcv's compiled ops served by torchvision where mmcv has none.
-
-The served ``mmcv._ext`` and its kernels live in the top-level package
-:mod:`mocoplug_site`, which the ``.pth`` file installed with mocoplug hooks
-into every Python process of the environment. Here: the same for a
-process that imports mocoplug without that hook (a source checkout on
-``PYTHONPATH``) or whose compiled ``mmcv._ext`` does not load (built for
-another torch), and the device check of a compiled mmcv. Why the kernels
-are the same computation: docs/design_notes.md, "mmcv's ops from
-torchvision".
+"""mmcv's compiled ops served by torchvision where mmcv has none
+(docs/design_notes.md#mmcvs-ops-from-torchvision), for a process without
+:mod:`mocoplug_site`'s import hook or whose ``mmcv._ext`` does not load,
+and the device check of a compiled mmcv.
 """
 import importlib
 import sys
@@ -32,12 +26,7 @@ class MMCVOpsDeviceError(RuntimeError):
 
 def serve_mmcv_ops() -> Optional[ServedOps]:
     """Put :class:`ServedOps` in ``sys.modules`` unless a compiled
-    ``mmcv._ext`` imports (idempotent).
-
-    Returns:
-        ServedOps or None: the served module, or None where mmcv's compiled
-        ops load and are used as they are.
-    """
+    ``mmcv._ext`` imports; return it, or None (idempotent)."""
     current = sys.modules.get(EXT)
     if isinstance(current, ServedOps):
         return current
@@ -50,11 +39,7 @@ def serve_mmcv_ops() -> Optional[ServedOps]:
 
 def check_mmcv_ops_device(device: torch.device) -> None:
     """Raise :class:`MMCVOpsDeviceError` when a compiled ``mmcv._ext``
-    without CUDA kernels would run the ops of a model on CUDA.
-
-    Args:
-        device (torch.device): Where the model's parameters are.
-    """
+    without CUDA kernels would run the ops of a model on ``device``."""
     ext = sys.modules.get(EXT)
     if device.type != 'cuda' or ext is None or isinstance(ext, ServedOps):
         return

@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mmpretrain 1.2 imports its multimodal models (BLIP, ...) whenever
-transformers >= 4.28 is installed, and those modules subclass names they
-import from transformers 4 (``PreTrainedModel`` and helpers that
-transformers 5 moved): with transformers 5, ``import mmpretrain.models``
-fails with ``TypeError: NoneType takes no arguments``. No MoCo component uses
-them, so where those names do not import, mmpretrain is told multimodal is
-off and registers its placeholders instead."""
+"""Keep ``import mmpretrain.models`` working under transformers 5, whose
+moved names break mmpretrain 1.2's multimodal models (unused by MoCo)."""
 import sys
 import warnings
 

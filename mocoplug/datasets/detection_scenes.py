@@ -1,21 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Write composed scenes as PASCAL VOC and COCO detection datasets.
-
-A scene is an RGB image (HWC uint8) and its objects, each a dict with
-``name`` (the class name written to the annotation), ``bbox`` (inclusive
-0-based pixel bounds x1, y1, x2, y2) and, for COCO, either ``polygon``
-(float vertices) or ``mask`` (HxW bool). The files are laid out as the real
-datasets, so mmdet's ``VOCDataset``/``CocoDataset`` and
-``VOCMetric``/``CocoMetric`` read them unchanged::
-
-    ROOT/VOCdevkit/VOC2007/{Annotations,JPEGImages,ImageSets/Main}/
-    ROOT/coco/{train2017,val2017}/*.jpg
-    ROOT/coco/annotations/instances_{train2017,val2017}.json
-
-:func:`digit_scenes` composes scenes of scikit-learn's handwritten digits
-(``tools/demo_detection.py``); the detection tests
-compose shapes (``tests/detection/tiny_detection_data.py``).
-"""
+"""Write composed scenes as PASCAL VOC and COCO detection datasets, in the
+real datasets' layout. A scene is an RGB image (HWC uint8) and its objects:
+dicts with ``name``, ``bbox`` (inclusive 0-based x1, y1, x2, y2) and, for
+COCO, ``polygon`` (float vertices) or ``mask`` (HxW bool)."""
 import json
 import os
 import os.path as osp
@@ -53,11 +40,8 @@ def _voc_xml(filename: str, size: Tuple[int, int],
 
 def write_voc_split(root: str, year: str, split: str,
                     scenes: List[Scene]) -> List[str]:
-    """Write ``scenes`` as image set ``split`` of ``root/VOC{year}``.
-
-    Returns:
-        list[str]: The image ids, ``{year}_{split}_{index:04d}``.
-    """
+    """Write ``scenes`` as image set ``split`` of ``root/VOC{year}``;
+    returns the image ids, ``{year}_{split}_{index:04d}``."""
     base = osp.join(root, f'VOC{year}')
     for sub in ('Annotations', 'JPEGImages', osp.join('ImageSets', 'Main')):
         os.makedirs(osp.join(base, sub), exist_ok=True)
@@ -75,22 +59,14 @@ def write_voc_split(root: str, year: str, split: str,
     return ids
 
 
-def polygon_area(poly: Sequence[Tuple[float, float]]) -> float:
-    """Area of a simple polygon (shoelace formula)."""
-    xs = np.array([p[0] for p in poly])
-    ys = np.array([p[1] for p in poly])
-    return float(
-        abs(np.dot(xs, np.roll(ys, -1)) - np.dot(ys, np.roll(xs, -1))) / 2)
-
-
 def _segmentation(obj: dict) -> Tuple[object, float]:
     """COCO ``segmentation`` and ``area`` of an object."""
     if 'polygon' in obj:
-        # PIL fills pixel (i, j) when the point (i, j) is in the polygon;
-        # COCO's pixel (i, j) is the square [i, i + 1) x [j, j + 1): shift
-        # by half a pixel
+        xs, ys = np.array(obj['polygon'], dtype=float).T
+        area = abs(np.dot(xs, np.roll(ys, -1)) - np.dot(ys, np.roll(xs, -1)))
+        # PIL's pixel (i, j) is COCO's square [i, i + 1) x [j, j + 1)
         return [[round(c + 0.5, 2) for xy in obj['polygon']
-                 for c in xy]], polygon_area(obj['polygon'])
+                 for c in xy]], float(area / 2)  # shoelace formula
     from pycocotools import mask as mask_utils
     rle = mask_utils.encode(np.asfortranarray(obj['mask'].astype(np.uint8)))
     return dict(
@@ -103,19 +79,9 @@ def write_coco_split(root: str,
                      scenes: List[Scene],
                      class_names: Sequence[str],
                      first_image_id: int = 1) -> str:
-    """Write ``scenes`` as ``root/{split}2017/`` and its instances json.
-
-    Args:
-        root (str): The COCO root.
-        split (str): ``'train'`` or ``'val'``.
-        scenes (list): The scenes; objects carry ``polygon`` or ``mask``.
-        class_names (Sequence[str]): The categories, ids 1, 2, ... in this
-            order (mmdet maps them to labels by name).
-        first_image_id (int): Id of the first image. Defaults to 1.
-
-    Returns:
-        str: The path of the annotation file.
-    """
+    """Write ``scenes`` as ``root/{split}2017/`` and its instances json;
+    ``class_names`` get category ids 1, 2, ... in order. Returns the path
+    of the annotation file."""
     img_dir = osp.join(root, f'{split}2017')
     os.makedirs(img_dir, exist_ok=True)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
@@ -164,32 +130,11 @@ def digit_scenes(split: str,
                  max_objects: int = 3,
                  threshold: int = 64,
                  indices: Optional[np.ndarray] = None) -> List[Scene]:
-    """Scenes of 1 to ``max_objects`` handwritten digits on black.
-
-    The digits come from :class:`DigitsDataset`'s fixed split ``split``
-    (train scenes never hold a held-out digit), scaled to a random side in
-    ``digit_sizes`` and placed without overlap. An object is named by its
-    digit ('0'..'9') and carries its index in scikit-learn's digits
-    (``digit``); its mask is the stroke (pixels above ``threshold``) and its
-    box the mask's bounds.
-
-    Args:
-        split (str): ``'train'`` or ``'test'`` digits.
-        num (int): Number of scenes.
-        seed (int): Seed of the composition.
-        size (int): Side of the square scenes. Defaults to 64.
-        digit_sizes (tuple[int, int]): Smallest and largest digit side.
-            Defaults to (16, 32).
-        max_objects (int): Most digits per scene. Defaults to 3.
-        threshold (int): Stroke threshold of the masks (of 255).
-            Defaults to 64.
-        indices (np.ndarray, optional): Positions in the split to draw the
-            digits from (e.g. to keep a validation part aside). Defaults to
-            all.
-
-    Returns:
-        list[tuple]: ``(image, objects)`` per scene.
-    """
+    """``num`` square scenes of 1 to ``max_objects`` handwritten digits of
+    :class:`DigitsDataset`'s ``split`` (or its positions ``indices``) on
+    black, sides drawn from ``digit_sizes``, without overlap. An object is
+    named by its digit, carries its scikit-learn index (``digit``), its
+    stroke mask (pixels above ``threshold``) and the mask's bounds."""
     from .digits import DigitsDataset
     digits = DigitsDataset(split=split, img_size=8, lazy_init=True)
     digits.full_init()
@@ -218,17 +163,13 @@ def digit_scenes(split: str,
             mask[y:y + side, x:x + side] = patch > threshold
             img[y:y + side, x:x + side] = patch
             ys, xs = np.nonzero(mask)
+            bbox = [int(v) for v in (xs.min(), ys.min(), xs.max(), ys.max())]
             boxes.append(box)
             objects.append(
                 dict(
                     name=str(info['gt_label']),
                     digit=info['digits_index'],
-                    bbox=[
-                        int(xs.min()),
-                        int(ys.min()),
-                        int(xs.max()),
-                        int(ys.max())
-                    ],
+                    bbox=bbox,
                     mask=mask))
         scenes.append((np.repeat(img[..., None], 3, axis=2), objects))
     return scenes

@@ -13,30 +13,18 @@ SPLITS = ('train', 'test', 'all')
 
 @DATASETS.register_module()
 class DigitsDataset(BaseDataset):
-    """scikit-learn's bundled handwritten digits, as small RGB images.
-
-    1797 real 8x8 grey-level scans of handwritten digits (the UCI "Optical
-    Recognition of Handwritten Digits" test set) that ship inside
-    scikit-learn, so no download is needed. Each image is scaled from
-    [0, 16] to [0, 255], resized to ``img_size`` with bilinear
-    interpolation and repeated over 3 channels (HWC, uint8), ready for
-    mmpretrain's transforms.
-
-    A fixed stratified split keeps ``test_ratio`` of the images aside for
-    evaluation: ``split='train'`` and ``split='test'`` never share an
-    image, whatever the seed of the run.
+    """scikit-learn's 1797 bundled 8x8 handwritten digits (no download),
+    scaled to [0, 255], resized bilinearly to ``img_size`` and repeated
+    over 3 channels (HWC uint8). A fixed, seed-independent stratified split
+    keeps ``test_ratio`` of each class for ``'test'``.
 
     Args:
-        split (str): ``'train'``, ``'test'`` or ``'all'``. Defaults to
-            ``'train'``.
+        split (str): ``'train'`` (default), ``'test'`` or ``'all'``.
         img_size (int): Side of the output images. Defaults to 32.
-        test_ratio (float): Share of each class kept for ``'test'``.
-            Defaults to 0.3.
-        with_label (bool): Whether samples carry ``gt_label``. Set False for
-            self-supervised pretraining, which must not see labels.
-            Defaults to True.
-        **kwargs: Other arguments of mmpretrain's ``BaseDataset``
-            (``pipeline``, ``indices``, ...).
+        test_ratio (float): Share of each class for ``'test'``. Default 0.3.
+        with_label (bool): Whether samples carry ``gt_label`` (False for
+            pretraining). Defaults to True.
+        **kwargs: Other arguments of mmpretrain's ``BaseDataset``.
     """
 
     METAINFO = {'classes': tuple(str(i) for i in range(10))}
@@ -53,10 +41,8 @@ class DigitsDataset(BaseDataset):
         if not 0 < test_ratio < 1:
             raise ValueError('DigitsDataset: test_ratio must be in (0, 1), '
                              f'got {test_ratio}')
-        self.split = split
-        self.img_size = img_size
-        self.test_ratio = test_ratio
-        self.with_label = with_label
+        self.split, self.img_size = split, img_size
+        self.test_ratio, self.with_label = test_ratio, with_label
         kwargs.setdefault('ann_file', '')
         super().__init__(**kwargs)
 
@@ -102,19 +88,9 @@ class DigitsDataset(BaseDataset):
 
 
 def write_digits_folder(root: str, img_size: int = 32) -> Dict[str, int]:
-    """Write the digits as PNG files in mmpretrain's ``CustomDataset``
-    layout, ``root/train/<digit>/<index>.png`` and ``root/val/<digit>/...``
-    (the held-out ``'test'`` split): a real folder for the folder configs
-    (pretrain on ``root/train``) and for ``tools/analysis_tools/knn_eval.py
-    --data-root root``.
-
-    Args:
-        root (str): The folder to write into.
-        img_size (int): Side of the images. Defaults to 32.
-
-    Returns:
-        Dict[str, int]: The number of images written per split.
-    """
+    """Write the digits as PNGs in ``CustomDataset`` layout,
+    ``root/train/<digit>/<index>.png`` and ``root/val/...`` (the ``'test'``
+    split), for the folder configs; returns the image count per folder."""
     from PIL import Image
 
     written = {}

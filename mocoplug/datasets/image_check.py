@@ -1,10 +1,9 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Decoding an image file the way the training pipeline does, with the
-reason when it cannot be decoded: shared by ``CheckedLoadImageFromFile``
-(while training) and ``tools/misc/check_images.py`` (before training)."""
+"""Decode an image file as the training pipeline does, or say why it
+cannot be (``CheckedLoadImageFromFile``, ``tools/misc/check_images.py``)."""
 import inspect
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import mmcv
 import mmengine.fileio as fileio
@@ -13,45 +12,26 @@ from mmpretrain.datasets import CustomDataset
 
 
 class UnreadableImageError(RuntimeError):
-    """An image file that cannot be read or decoded.
-
-    Takes one message argument, so that PyTorch's DataLoader can re-raise
-    it, with its type, in the main process when a worker hits it.
-    """
+    """An image file that cannot be read or decoded (one message argument,
+    so that the DataLoader can re-raise it from a worker)."""
 
 
-def _default_extensions() -> Tuple[str, ...]:
-    # The extensions mmpretrain's CustomDataset scans for, read from its
-    # signature so the two never disagree.
-    default = inspect.signature(CustomDataset).parameters['extensions'].default
-    return tuple(sorted({e.lower() for e in default}))
-
-
-#: File extensions ``CustomDataset`` (and so the folder config) loads.
-IMAGE_EXTENSIONS: Tuple[str, ...] = _default_extensions()
+_DEFAULT = inspect.signature(CustomDataset).parameters['extensions'].default
+#: File extensions ``CustomDataset`` loads, read from its signature.
+IMAGE_EXTENSIONS = tuple(sorted({e.lower() for e in _DEFAULT}))
 
 
 def decode_image(path: str,
                  backend: str = 'cv2',
                  color_type: str = 'color',
                  backend_args: Optional[dict] = None) -> np.ndarray:
-    """Read and fully decode an image as mmcv's ``LoadImageFromFile`` does
-    (``mmengine.fileio.get`` + ``mmcv.imfrombytes``).
-
-    Args:
-        path (str): The file.
-        backend (str): mmcv's decoding backend: ``'cv2'`` (the pipeline's
-            default), ``'pillow'``, ``'turbojpeg'`` or ``'tifffile'``.
-        color_type (str): mmcv's ``flag``, e.g. ``'color'``.
-        backend_args (dict, optional): mmengine file backend arguments.
-
-    Returns:
-        np.ndarray: The decoded image.
+    """Read and decode an image as mmcv's ``LoadImageFromFile`` does
+    (``mmengine.fileio.get`` + ``mmcv.imfrombytes`` with ``backend`` and
+    ``color_type`` as its flag).
 
     Raises:
-        UnreadableImageError: With the reason: the file cannot be read, is
-            empty, cannot be decoded (not an image, truncated, corrupt), or
-            decodes to an image without pixels.
+        UnreadableImageError: With the reason (unreadable, empty, not
+            decodable, or no pixels).
     """
     try:
         content = fileio.get(path, backend_args=backend_args)
@@ -81,8 +61,7 @@ def decode_image(path: str,
 def check_image(path: str,
                 backend: str = 'cv2',
                 color_type: str = 'color') -> Optional[str]:
-    """Why ``path`` cannot be decoded, or None if it can (for a pool of
-    worker processes: a module-level function of plain arguments)."""
+    """Why ``path`` cannot be decoded, or None if it can."""
     try:
         decode_image(path, backend, color_type)
     except UnreadableImageError as e:
@@ -91,8 +70,8 @@ def check_image(path: str,
 
 
 def quiet_decoder_warnings() -> None:
-    """Silence OpenCV's own warnings on broken files (e.g. "PNG input
-    buffer is incomplete"): a caller that reports the reason itself."""
+    """Silence OpenCV's own warnings on broken files, for a caller that
+    reports the reason itself."""
     try:
         import cv2
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
@@ -102,9 +81,8 @@ def quiet_decoder_warnings() -> None:
 
 def find_images(root: str,
                 extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
-    """Every file under ``root`` (recursively, symlinked folders followed
-    as ``CustomDataset`` does) whose extension is in ``extensions``
-    (case-insensitive), sorted."""
+    """The files under ``root`` (following symlinks, as ``CustomDataset``)
+    with an extension in ``extensions`` (any case), sorted."""
     exts = tuple(e.lower() for e in extensions)
     found = []
     for folder, _, files in os.walk(root, followlinks=True):

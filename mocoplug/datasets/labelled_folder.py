@@ -1,42 +1,20 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Evaluate on your own labelled images: route one ``data_root=DIR``
-option to the folder datasets of a config, and check the folder first.
-
-The layout is mmpretrain's ``CustomDataset`` one, one sub-folder per class
-(its name is the class), for each split::
-
-    DIR/train/cat/001.png   DIR/val/cat/101.png
-    DIR/train/dog/002.jpg   DIR/val/dog/102.jpg
-
-As with ``pretrained`` (see :mod:`mocoplug.utils.pretrained`), mmengine
-resolves config variables when the file is read, so ``--cfg-options
-data_root=DIR`` changes only the top-level key; :func:`fill_data_root`
-(called by ``MoCoRunner.from_cfg``, the configs' runner) copies it into every
-labelled ``CustomDataset`` of the config's dataloaders that leaves its own
-``data_root`` None, and, when the config leaves it None, sets the
-classifier's ``num_classes`` from the class folders.
-"""
+"""Route one ``data_root=DIR`` option to the labelled folder datasets of a
+config (``MoCoRunner.from_cfg`` calls :func:`fill_data_root`), checking
+the folder, in ``CustomDataset`` layout (``DIR/train/cat/001.png``,
+``DIR/val/cat/101.png``, ...)."""
 import os
 import os.path as osp
-from typing import Any, List
+from typing import List
 
 from mmengine.config import Config
 
-# The image files mmpretrain's CustomDataset reads (from its signature).
 from .image_check import IMAGE_EXTENSIONS as IMG_EXTENSIONS
 
 
 def labelled_folder_classes(folder: str) -> List[str]:
-    """The classes of a labelled folder, with a clear error when it is not
-    one (missing, no class sub-folders, no images).
-
-    Args:
-        folder (str): A folder with one sub-folder of images per class.
-
-    Returns:
-        List[str]: The class names (sub-folder names), sorted as
-        mmpretrain's ``CustomDataset`` sorts them.
-    """
+    """The sorted class sub-folder names of ``folder``, with a clear error
+    when it is missing or has no class sub-folders or no images."""
     if not osp.isdir(folder):
         raise FileNotFoundError(
             f'Labelled folder {folder!r} does not exist. Expected one '
@@ -64,48 +42,27 @@ def labelled_folder_classes(folder: str) -> List[str]:
 
 
 def _has_image(folder: str) -> bool:
-    for _, _, files in os.walk(folder, followlinks=True):
-        if any(f.lower().endswith(IMG_EXTENSIONS) for f in files):
-            return True
-    return False
-
-
-def _folder_datasets(node: Any, found: List[dict]) -> List[dict]:
-    """The labelled CustomDataset dicts under a config node."""
-    if isinstance(node, dict):
-        if node.get('type') == 'CustomDataset' and node.get(
-                'with_label', True):
-            found.append(node)
-        for value in node.values():
-            _folder_datasets(value, found)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            _folder_datasets(value, found)
-    return found
+    return any(f.lower().endswith(IMG_EXTENSIONS)
+               for _, _, files in os.walk(folder, followlinks=True)
+               for f in files)
 
 
 def fill_data_root(cfg: Config) -> int:
-    """Copy ``cfg.data_root`` into the labelled ``CustomDataset``
-    dataloaders that leave their own ``data_root`` None (the ``*_folder``
-    evaluation configs do), check their folders, and fill
-    ``model.head.num_classes`` when it is None.
-
-    Datasets with a ``data_root`` of their own are not touched, so the
-    ``data_root`` variable of mmpretrain's ImageNet configs changes nothing.
-
-    Args:
-        cfg (Config): The config; changed in place.
-
-    Returns:
-        int: How many datasets received the folder.
-    """
+    """Copy ``cfg.data_root`` into the labelled ``CustomDataset`` of the
+    dataloaders that leave their own ``data_root`` None, check their
+    folders, and fill ``model.head.num_classes`` when it is None (in
+    place); returns how many datasets received the folder."""
+    from mocoplug.utils.walk_dicts import walk_dicts  # (circular import)
     datasets = []
+
+    def collect(node: dict) -> None:
+        if node.get('type') == 'CustomDataset' and node.get(
+                'with_label', True) and node.get('data_root') is None:
+            datasets.append(node)
+
     for key in cfg.keys():
         if key.endswith('_dataloader') and isinstance(cfg[key], dict):
-            datasets += [
-                d for d in _folder_datasets(cfg[key].get('dataset'), [])
-                if d.get('data_root') is None
-            ]
+            walk_dicts(cfg[key].get('dataset'), collect)
     if not datasets:
         return 0
     root = cfg.get('data_root', None)

@@ -38,31 +38,24 @@ def _load(name: str, short_side: int) -> np.ndarray:
 
 @DATASETS.register_module()
 class PhotoTilesDataset(BaseDataset):
-    """Square tiles of real photographs, labelled by the photograph they
-    come from: a small folder of real images that needs no download (the
-    photographs ship inside scikit-image's and scikit-learn's wheels).
+    """Square tiles of the photographs bundled with scikit-image and
+    scikit-learn (no download), labelled by their photograph (HWC uint8).
 
-    Each photograph, scaled to ``short_side`` on its shorter side, is cut
-    in two along its width: ``'train'`` tiles (``num_tiles`` in all, at
-    random positions, seeded) come from the left ``1 - test_ratio``,
-    ``'memory'`` tiles from the same region on a grid (stride half a
-    tile), and ``'test'`` tiles from the right ``test_ratio`` on such a
-    grid: held-out regions, never seen in pretraining. ``'source'`` gives
-    random tiles of other images (``SOURCE`` and scikit-learn's china and
-    flower), to pretrain a stand-in for released weights. Images are RGB,
-    HWC, uint8.
+    Each photograph, scaled to ``short_side``, is cut along its width:
+    ``'train'`` (``num_tiles`` seeded random tiles) and ``'memory'`` (a grid
+    of half-overlapping tiles) come from the left ``1 - test_ratio``,
+    ``'test'`` (a grid) from the held-out right part. ``'source'`` gives
+    random tiles of other images (``SOURCE``, china, flower), to pretrain a
+    stand-in for released weights.
 
     Args:
         split (str): ``'train'``, ``'memory'``, ``'test'`` or ``'source'``.
-        num_tiles (int): Tiles of ``'train'`` and ``'source'``. Defaults to
-            1000.
+        num_tiles (int): Tiles of ``'train'``/``'source'``. Default 1000.
         tile (int): Tile side. Defaults to 32.
         short_side (int): Photograph scale. Defaults to 192.
-        test_ratio (float): Share of each photograph's width held out.
-            Defaults to 0.25.
+        test_ratio (float): Share of the width held out. Default 0.25.
         seed (int): Seed of the random positions. Defaults to 0.
-        with_label (bool): Whether samples carry ``gt_label`` (the
-            photograph). Defaults to True.
+        with_label (bool): Whether samples carry ``gt_label``. Default True.
     """
 
     METAINFO = {'classes': PHOTOS}

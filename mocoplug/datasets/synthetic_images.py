@@ -10,28 +10,23 @@ from mocoplug.registry import DATASETS
 
 @DATASETS.register_module()
 class SyntheticImageDataset(BaseDataset):
-    """Made-up RGB images, generated when loaded: training and benchmarks
-    at full size on a machine without a dataset (``tools/gpu_check.py``).
+    """Made-up images generated when loaded, for full-size runs without a
+    dataset (``tools/gpu_check.py``).
 
-    Image ``i`` is a ``grid`` x ``grid`` array of random colours, enlarged
-    bilinearly to ``img_size`` and overlaid with a little noise, all drawn
-    from a generator seeded by ``seed`` and ``i``: the same image every
-    time, and two crops of one image share colours and layout while two
-    images differ, so instance discrimination (MoCo's pretext task) has
-    something to learn. Images are HWC uint8 under ``img`` (no file is
-    read: leave ``LoadImageFromFile`` out of the pipeline).
+    Image ``i`` is a ``grid`` x ``grid`` array of random colours enlarged
+    bilinearly to ``img_size``, plus a little noise, drawn from a generator
+    seeded by ``(seed, i)``. Images are HWC uint8 under ``img`` (leave
+    ``LoadImageFromFile`` out of the pipeline).
 
     Args:
         num_images (int): Number of images.
         img_size (int): Side of the square images. Defaults to 256.
         grid (int): Colour cells per side. Defaults to 4.
-        num_classes (int): Labels ``i % num_classes`` are given as
-            ``gt_label`` when ``with_label``. Defaults to 10.
+        num_classes (int): ``gt_label`` is ``i % num_classes``. Default 10.
         with_label (bool): Whether samples carry ``gt_label``. Defaults to
             False.
         seed (int): Seed of the images. Defaults to 0.
-        **kwargs: Other arguments of mmpretrain's ``BaseDataset``
-            (``pipeline``, ``indices``, ...).
+        **kwargs: Other arguments of mmpretrain's ``BaseDataset``.
     """
 
     def __init__(self,
@@ -50,11 +45,8 @@ class SyntheticImageDataset(BaseDataset):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f'SyntheticImageDataset: {name} must be a '
                                  f'positive int, got {value!r}')
-        self.num_images = num_images
-        self.img_size = img_size
-        self.grid = grid
-        self.num_classes = num_classes
-        self.with_label = with_label
+        self.num_images, self.img_size, self.grid = num_images, img_size, grid
+        self.num_classes, self.with_label = num_classes, with_label
         self.seed = seed
         kwargs.setdefault('ann_file', '')
         kwargs.setdefault('metainfo',

@@ -18,35 +18,19 @@ from mocoplug.models.utils.precise_bn import precise_bn_stats
 class DetectionPreciseBNHook(Hook):
     """Recompute a detector's BN statistics before it is evaluated.
 
-    detectron2's ``TEST.PRECISE_BN``, which the MoCo detection configs turn
-    on (``Base-RCNN-C4-BN.yaml`` of `Momentum Contrast for Unsupervised
-    Visual Representation Learning <https://arxiv.org/abs/1911.05722>`_):
-    the running statistics, a moving average over batches seen while the
-    weights changed, are replaced by the average of the batch statistics of
-    ``num_iters`` training batches under the current weights (see
-    `Rethinking "Batch" in BatchNorm <https://arxiv.org/abs/2105.07576>`_).
-
-    Written for detectors because mmpretrain's ``PreciseBNHook`` does not
-    fit them: it runs ``mode='tensor'``, where the RoI head sees the test
-    proposals (and a C4 res5 runs twice in Mask R-CNN) instead of the
-    sampled training RoIs; it divides by ``loader.batch_size``, which is
-    None with mmdet's ``AspectRatioBatchSampler``; and it iterates the
-    training loader itself, which restarts an ``InfiniteSampler`` mid-run.
-    Here the batches come from a separate loader over the same dataset
-    (same batch sampler, collate function and workers) and the forward is
-    the training one, as in detectron2.
-
-    It runs every ``interval`` iterations (``IterBasedTrainLoop``) or epochs
-    (``EpochBasedTrainLoop``) and always after the last one, before the
-    checkpoint of that step is written and before validation. Set
-    ``interval`` to ``train_cfg.val_interval`` (detectron2 uses the
-    evaluation period).
+    detectron2's ``TEST.PRECISE_BN``, on in the MoCo detection configs
+    (`He et al., CVPR 2020 <https://arxiv.org/abs/1911.05722>`_): the
+    running statistics become the average batch statistics of
+    ``num_iters`` training batches under the current weights (`Rethinking
+    "Batch" in BatchNorm <https://arxiv.org/abs/2105.07576>`_), with the
+    training forward on a separate loader over the training dataset.
 
     Args:
         num_iters (int): Batches per process (detectron2's
             ``TEST.PRECISE_BN.NUM_ITER``). Defaults to 200.
-        interval (int): See above; 0 runs it only at the end of training.
-            Defaults to 0.
+        interval (int): Every ``interval`` iterations or epochs (by the
+            train loop), and always after the last one, before its
+            checkpoint and validation; 0: only at the end. Defaults to 0.
     """
 
     priority = 'ABOVE_NORMAL'  # before CheckpointHook (VERY_LOW)
@@ -58,8 +42,7 @@ class DetectionPreciseBNHook(Hook):
         if not isinstance(interval, int) or interval < 0:
             raise ValueError('DetectionPreciseBNHook: interval must be an int '
                              f'>= 0 (0: only at the end), got {interval!r}')
-        self.num_iters = num_iters
-        self.interval = interval
+        self.num_iters, self.interval = num_iters, interval
         self._calls = 0
 
     def precise_bn_loader(self, runner: Runner) -> DataLoader:

@@ -11,12 +11,8 @@ from mmpretrain.models.utils import build_norm_layer
 @MODELS.register_module()
 class ScalableResLayerExtraNorm(SharedResLayer):
     """mmpretrain's ``ResLayerExtraNorm`` (the C4 res5 head followed by a
-    norm) at any width.
-
-    mmdet's shared ``ResLayer`` fixes the width of stage ``s`` at
-    ``64 * 2**s``; this head takes the backbone's ``base_channels``, so a
-    slim backbone (``ResNet(base_channels=16)``) keeps its pretrained res5.
-    With ``base_channels=64`` it is ``ResLayerExtraNorm``.
+    norm) at the backbone's ``base_channels`` (mmdet's is 64), so a slim
+    backbone keeps its pretrained res5.
 
     Args:
         depth (int): Depth of the ResNet whose stage this is.

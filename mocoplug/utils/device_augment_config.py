@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Switch a pretraining config between the per-image augmentation and the
-device augmentation path, in code (the ``*_device-aug.py`` /
-``*_device-decode.py`` configs are the same switch written as configs)."""
+"""Switch a pretraining config to the device augmentation path in code (as
+the ``*_device-aug.py`` / ``*_device-decode.py`` configs do)."""
 from mmengine.config import Config, ConfigDict
 
 LOADERS = ('LoadImageFromFile', 'CheckedLoadImageFromFile')
@@ -14,24 +13,12 @@ def _fail(problem: str):
 
 def use_device_augmentation(cfg: Config,
                             decode_on_device: bool = False) -> Config:
-    """Move the photometric steps of ``cfg``'s views to the model's device.
-
-    The ``MultiView`` step of ``train_dataloader.dataset.pipeline`` becomes
-    :class:`~mocoplug.datasets.transforms.GeometricMultiView` (same views)
-    and the data preprocessor (``data_preprocessor`` and, when set,
-    ``model.data_preprocessor``) becomes
-    :class:`~mocoplug.models.DeviceAugmentDataPreprocessor` with the same
-    views and the same mean, std and channel order. With
-    ``decode_on_device`` the pipeline must be ``[loader, MultiView,
-    PackInputs]`` and becomes ``[LoadImageBytes, CropBoxMultiView,
-    PackEncodedViews]``: the workers only read the files.
-
-    Args:
-        cfg (Config): A pretraining config (changed in place).
-        decode_on_device (bool): Also decode and crop on the device.
-
-    Returns:
-        Config: ``cfg``.
+    """Move the photometric steps of ``cfg``'s views to the model's device:
+    ``MultiView`` becomes ``GeometricMultiView`` and the data preprocessor
+    (and ``model.data_preprocessor``) ``DeviceAugmentDataPreprocessor``,
+    same views, mean, std and channel order. ``decode_on_device`` turns
+    ``[loader, MultiView, PackInputs]`` into ``[LoadImageBytes,
+    CropBoxMultiView, PackEncodedViews]``. Changes and returns ``cfg``.
     """
     # (imported here: mocoplug.utils is imported before mocoplug.datasets)
     from mocoplug.datasets.transforms import view_pipeline_split

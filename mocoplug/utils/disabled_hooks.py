@@ -1,14 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Let ``default_hooks.NAME=None`` switch off mocoplug's default hooks.
-
-mmengine 0.10.7's ``Runner.register_default_hooks`` accepts ``None`` only
-for its own default names (``timer``, ``logger``, ``checkpoint`` ...) and
-fails on a bare ``assert`` for any other key, so a user could not turn off
-``exact_resume``, ``representation_health``, ``non_finite_loss`` or
-``moco_config_check`` the way mmengine documents for its own hooks.
-``MoCoRunner`` (the ``runner_type`` of mocoplug's configs) registers
-:func:`enabled_default_hooks` of the config's ``default_hooks`` instead.
-"""
+"""Let ``default_hooks.NAME=None`` switch off mocoplug's default hooks:
+mmengine 0.10.7 accepts None only for its own names, so ``MoCoRunner``
+registers :func:`enabled_default_hooks` of the config's ones instead."""
 from typing import Dict
 
 # The names Runner.register_default_hooks knows (mmengine 0.10.7).
@@ -17,16 +10,8 @@ MMENGINE_DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
 
 
 def enabled_default_hooks(hooks: Dict) -> Dict:
-    """``default_hooks`` without the entries set to None that mmengine
-    would refuse (mmengine's own names are left for mmengine to remove).
-
-    Args:
-        hooks (dict): The ``default_hooks`` of a config: name -> hook,
-            hook config or None.
-
-    Returns:
-        dict: A new dict, in the same order.
-    """
+    """A copy of ``hooks`` (a config's ``default_hooks``) without the None
+    entries mmengine would refuse (its own names are left to it)."""
     return {
         name: hook
         for name, hook in hooks.items()

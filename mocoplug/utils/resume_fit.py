@@ -1,31 +1,22 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Refuse to resume from a checkpoint whose model state does not fit.
 
-mmengine 0.10.7's ``Runner.resume`` loads the model with ``strict=False``:
-a tensor of another shape, a tensor the checkpoint lacks or one the model
-lacks is reported in a warning and training goes on with those tensors as
-initialised (e.g. a fresh random MoCo queue after resuming with another
-``model.queue.size``). A resume is meant to continue the very run that
-wrote the checkpoint, so here any such tensor is an error, raised before
-the first training iteration, that lists the tensors and the way out.
-
-``load_from`` without ``resume`` (fine-tuning, a deliberate partial start)
-and ``Pretrained`` initialisation are not checked here: they keep mmengine's
-non-strict load and its report.
+mmengine 0.10.7's ``Runner.resume`` loads with ``strict=False`` and only
+warns about tensors that do not fit; a resume continues the run that wrote
+the checkpoint, so here any such tensor is an error. ``load_from`` without
+``resume`` keeps mmengine's non-strict load.
 """
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, List, Mapping, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from mmpretrain.utils import get_ori_model
 
-# What Runner.resume loads with: Runner.load_checkpoint's default
-# ``revise_keys`` (a DDP checkpoint's 'module.' prefix is stripped).
+# Runner.load_checkpoint's default revise_keys, which Runner.resume uses
 RESUME_REVISE_KEYS: Sequence[Tuple[str, str]] = ((r'^module.', ''), )
-# Each kind of mismatch lists at most this many tensors (and the count of
-# the rest): a different backbone would otherwise print hundreds of lines.
+# tensors listed per kind of mismatch (then the count of the rest)
 MAX_LISTED = 20
 Shape = Tuple[int, ...]
 
@@ -36,14 +27,9 @@ class ResumeMismatchError(RuntimeError):
 
 @dataclass
 class StateDictMismatch:
-    """Where a checkpoint's state dict and a model's differ.
-
-    Attributes:
-        shapes (list): ``(name, checkpoint shape, model shape)`` of the
-            tensors both have with different shapes.
-        missing (list): Names the model has and the checkpoint lacks.
-        unexpected (list): Names the checkpoint has and the model lacks.
-    """
+    """Where a checkpoint's state dict and a model's differ: ``shapes``
+    ``(name, checkpoint shape, model shape)``, ``missing`` (from the
+    checkpoint) and ``unexpected`` (not in the model) names."""
     shapes: List[Tuple[str, Shape, Shape]] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unexpected: List[str] = field(default_factory=list)
@@ -52,36 +38,12 @@ class StateDictMismatch:
         return bool(self.shapes or self.missing or self.unexpected)
 
 
-def revise_state_dict_keys(
-        state_dict: Mapping[str, Any],
-        revise_keys: Sequence[Tuple[str, str]]) -> Dict[str, Any]:
-    """Rename the keys as mmengine's ``_load_checkpoint_to_model`` does:
-    every ``(pattern, replacement)`` applied with ``re.sub`` in order."""
-    out = dict(state_dict)
-    for pattern, replacement in revise_keys:
-        out = {re.sub(pattern, replacement, k): v for k, v in out.items()}
-    return out
-
-
 def compare_state_dict(model: nn.Module,
                        state_dict: Mapping[str, Any]) -> StateDictMismatch:
-    """Compare a state dict with what ``model.load_state_dict`` expects.
-
-    The model's own ``state_dict()`` gives the expected names and shapes
-    (parameters, persistent buffers, extra state). As in mmengine's
-    ``load_state_dict``, a missing ``num_batches_tracked`` is not reported
-    (BatchNorm fills it in for checkpoints older than torch 0.4.1). Shapes
-    are not compared for lazy (uninitialised) parameters, non-tensor
-    entries and the tensors a module names in its ``variable_size_state``
-    (e.g. a random generator's state, whose size depends on the device).
-
-    Args:
-        model (nn.Module): The model, unwrapped.
-        state_dict (Mapping): Checkpoint state, keys already revised.
-
-    Returns:
-        StateDictMismatch: Empty (falsy) when every tensor fits.
-    """
+    """Compare a state dict (keys revised) with the unwrapped model's own;
+    empty (falsy) when every tensor fits. As mmengine, a missing
+    ``num_batches_tracked`` is not reported; shapes are not compared for
+    lazy parameters, non-tensors and a module's ``variable_size_state``."""
     expected = model.state_dict()
     variable_size = {
         f'{prefix}.{key}' if prefix else key
@@ -115,17 +77,17 @@ def _listing(title: str, lines: List[str]) -> List[str]:
 
 def format_mismatch(mismatch: StateDictMismatch) -> str:
     """The tensors that do not fit, one per line, by kind."""
+    shapes = [
+        f'{name}: {list(saved)} vs {list(model)}'
+        for name, saved, model in mismatch.shapes
+    ]
     lines: List[str] = []
-    if mismatch.shapes:
-        lines += _listing('another shape (checkpoint vs model)', [
-            f'{name}: {list(saved)} vs {list(model)}'
-            for name, saved, model in mismatch.shapes
-        ])
-    if mismatch.missing:
-        lines += _listing('missing from the checkpoint', mismatch.missing)
-    if mismatch.unexpected:
-        lines += _listing('in the checkpoint but not in the model',
-                          mismatch.unexpected)
+    for title, names in (('another shape (checkpoint vs model)', shapes),
+                         ('missing from the checkpoint', mismatch.missing),
+                         ('in the checkpoint but not in the model',
+                          mismatch.unexpected)):
+        if names:
+            lines += _listing(title, names)
     return '\n'.join(lines)
 
 
@@ -133,21 +95,16 @@ def check_resume_fits(
         model: nn.Module,
         checkpoint: Mapping[str, Any],
         revise_keys: Sequence[Tuple[str, str]] = RESUME_REVISE_KEYS) -> None:
-    """Raise unless every model tensor of the checkpoint loads into model.
-
-    Args:
-        model (nn.Module): The model to resume, possibly wrapped (DDP).
-        checkpoint (Mapping): The loaded checkpoint; its ``state_dict``
-            entry, or the whole mapping when it has none (mmengine's rule).
-        revise_keys (Sequence): Key renames applied before comparing;
-            defaults to what ``Runner.resume`` uses.
-
-    Raises:
-        ResumeMismatchError: Listing the tensors of another shape, missing
-            or unexpected, and the fix.
-    """
-    state_dict = checkpoint.get('state_dict', checkpoint)
-    state_dict = revise_state_dict_keys(state_dict, revise_keys)
+    """Raise :class:`ResumeMismatchError`, listing the tensors and the fix,
+    unless every model tensor of the checkpoint (its ``state_dict`` entry,
+    or the whole mapping) loads into ``model`` (possibly wrapped) after the
+    key renames ``revise_keys``."""
+    state_dict = dict(checkpoint.get('state_dict', checkpoint))
+    for pattern, replacement in revise_keys:  # as mmengine's loader
+        state_dict = {
+            re.sub(pattern, replacement, k): v
+            for k, v in state_dict.items()
+        }
     mismatch = compare_state_dict(get_ori_model(model), state_dict)
     if not mismatch:
         return

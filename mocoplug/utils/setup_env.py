@@ -3,16 +3,9 @@ from mmengine.registry import DefaultScope
 
 
 def register_all_modules(init_default_scope: bool = True) -> None:
-    """Register mocoplug's components (and mmpretrain's) in the registries.
-
-    The OpenMMLab convention for scripts that build components without a
-    config-driven Runner; mmengine also calls it for the registries of a
-    scope listed in its package map.
-
-    Args:
-        init_default_scope (bool): Also make ``'mocoplug'`` the default
-            scope, unless one is already set. Defaults to True.
-    """
+    """Register mocoplug's components (and mmpretrain's) in the registries
+    and, with ``init_default_scope``, make ``'mocoplug'`` the default scope
+    unless one is set."""
     import mocoplug.datasets  # noqa: F401,F811
     import mocoplug.engine  # noqa: F401,F811
     import mocoplug.evaluation  # noqa: F401,F811

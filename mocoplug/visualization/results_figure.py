@@ -1,7 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""One PNG that shows a result at a glance: grouped bar charts of tables of
-mean ± spread (e.g. accuracy per encoder and test set) next to training
-curves."""
+"""One PNG of grouped bar charts of mean ± spread and training curves."""
 import os
 import os.path as osp
 from typing import Dict, Sequence, Tuple
@@ -60,17 +58,9 @@ def plot_results_figure(bar_tables: Sequence[Tuple[str, str, BarTable]],
                         curve_panels: Sequence[Tuple[str, str, Curves]],
                         path: str,
                         suptitle: str = '') -> str:
-    """Draw the bar tables on the first row and the curves on the second.
-
-    Args:
-        bar_tables (sequence): ``(title, y label, table)`` per panel.
-        curve_panels (sequence): ``(title, x label, curves)`` per panel.
-        path (str): Output PNG file.
-        suptitle (str): Title of the whole figure.
-
-    Returns:
-        str: ``path``.
-    """
+    """Draw the bar tables (``(title, y label, table)`` per panel) on the
+    first row and the curves (``(title, x label, curves)``) on the second
+    into the PNG ``path``, which is returned."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

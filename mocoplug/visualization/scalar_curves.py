@@ -82,15 +82,8 @@ def panel_lines(runs: Dict[str, Sequence[dict]],
 
 def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
                        out_dir: str) -> List[str]:
-    """Draw one PNG per metric, one line per run (and per kNN k).
-
-    Args:
-        runs (dict): ``{run label: scalar records}``.
-        out_dir (str): Folder for the PNG files.
-
-    Returns:
-        List[str]: Paths of the files written (metrics no run logged are
-        skipped).
+    """Draw one PNG per logged metric in ``out_dir``, one line per run of
+    ``runs`` (``{label: scalar records}``) and per kNN k; returns the paths.
     """
     import matplotlib
     matplotlib.use('Agg')

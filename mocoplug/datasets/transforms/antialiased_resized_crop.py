@@ -13,20 +13,9 @@ def antialiased_resized_crop(image: torch.Tensor,
                              size: Tuple[int, int],
                              mode: str = 'bilinear') -> torch.Tensor:
     """Crop ``box`` (top, left, height, width) of a uint8 ``C x H x W``
-    image and resize it to ``size`` (height, width) with an antialiased
-    bilinear or bicubic filter: the filter of PIL's ``resize``, which
-    mmpretrain's ``RandomResizedCrop(backend='pillow')`` uses.
-
-    On the CPU the uint8 image is resized by torch's uint8 kernel (PIL's
-    fixed-point algorithm, a third of PIL's time on a 500 x 375 photo);
-    elsewhere in float32, rounded. Both stay within 2 grey levels of PIL
-    (each is within half a level plus its fixed-point error of the exact
-    filter; measured: at most 1, on 0.005% (CPU) and 15% (float) of the
-    values).
-
-    Returns:
-        Tensor: uint8 ``C x h x w``, contiguous.
-    """
+    image and resize it to ``size`` (height, width) with PIL's antialiased
+    ``mode`` filter, within 2 grey levels; returns a contiguous uint8
+    tensor."""
     top, left, height, width = (int(v) for v in box)
     crop = image[None, :, top:top + height, left:left + width]
     if crop.device.type == 'cpu' and crop.dtype == torch.uint8:

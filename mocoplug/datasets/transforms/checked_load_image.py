@@ -13,33 +13,21 @@ from ..image_check import UnreadableImageError, decode_image
 
 @TRANSFORMS.register_module()
 class CheckedLoadImageFromFile(LoadImageFromFile):
-    """mmcv's ``LoadImageFromFile`` with a clear error for an unreadable
-    image, or an option to skip it.
-
-    mmcv's transform stops with ``AssertionError: failed to load image:
-    PATH`` (or a raw decoder error) inside a worker. This one loads and
-    decodes exactly as mmcv's does and, for a file that cannot be read or
-    decoded, raises :class:`UnreadableImageError` naming the file, the
-    reason, the dataset and the fixes; or, with ``skip_unreadable=True``,
-    warns with the running count and returns None, so ``BaseDataset``
-    fetches another random image (up to its ``max_refetch``). More than
-    ``max_unreadable_ratio`` failed loads (checked after ``min_attempts``)
-    raise: a wrong folder or a bad copy. The counts are per worker process
-    since it started (each loads a random share of the images) and per
-    rank. ``tools/misc/check_images.py`` finds every unreadable file first.
+    """mmcv's ``LoadImageFromFile`` raising :class:`UnreadableImageError`
+    (file, reason, dataset, fixes) on an unreadable image or, with
+    ``skip_unreadable``, warning and returning None (``BaseDataset`` then
+    fetches another) until more than ``max_unreadable_ratio`` of the
+    worker's loads failed (checked after ``min_attempts``).
 
     Args:
-        skip_unreadable (bool): Skip unreadable images (with a warning)
-            instead of stopping. Defaults to False.
-        max_unreadable_ratio (float): With ``skip_unreadable``, the largest
-            share of failed loads tolerated. Defaults to 0.01.
-        min_attempts (int): Number of loads a worker makes before the ratio
-            is checked. Defaults to 100.
-        **kwargs: Arguments of mmcv's ``LoadImageFromFile``
-            (``imdecode_backend``, ``color_type``, ``to_float32``,
-            ``backend_args``). ``ignore_empty`` is refused (it returns None
-            for a missing file without a count or a warning), and so is
-            mmcv's deprecated ``file_client_args``.
+        skip_unreadable (bool): Skip unreadable images with a warning.
+            Defaults to False.
+        max_unreadable_ratio (float): The largest share of failed loads
+            skipped. Defaults to 0.01.
+        min_attempts (int): Loads before the ratio is checked. Defaults to
+            100.
+        **kwargs: Arguments of mmcv's ``LoadImageFromFile``, except
+            ``ignore_empty`` (silent) and the deprecated ``file_client_args``.
     """
 
     def __init__(self,
@@ -77,8 +65,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
         if self.to_float32:
             img = img.astype('float32')
         results['img'] = img
-        results['img_shape'] = img.shape[:2]
-        results['ori_shape'] = img.shape[:2]
+        results['img_shape'] = results['ori_shape'] = img.shape[:2]
         return results
 
     def _unreadable(self, filename: str, reason: str) -> None:
@@ -124,12 +111,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
 
 def _calling_dataset() -> Tuple[str, str]:
     """Describe the dataset whose pipeline runs this transform, and name
-    its folder.
-
-    A transform gets no reference to its dataset; on this error path (never
-    on the normal one) the call stack is searched for the ``BaseDataset``
-    method that called the pipeline.
-    """
+    its folder (found on the call stack: a transform has no reference)."""
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get('self')

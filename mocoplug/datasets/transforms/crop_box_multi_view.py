@@ -32,20 +32,13 @@ def _single_view_geometry(pipeline: List[dict]):
 
 @TRANSFORMS.register_module()
 class CropBoxMultiView(BaseTransform):
-    """Draw each view's crop box and flip from the image size alone: the
-    worker half of decoding and cropping on the model's device.
+    """Draw each view's crop box and flip from the image size alone, with
+    the draws of the view's ``RandomResizedCrop`` and ``RandomFlip``: the
+    worker half of decoding on the device
+    (:class:`~mocoplug.models.DeviceAugmentDataPreprocessor`).
 
-    Takes the same ``transforms`` and ``num_views`` as mmpretrain's
-    ``MultiView``. For each view it draws the box of the pipeline's
-    ``RandomResizedCrop`` (its own ``rand_crop_params``, from
-    ``img_shape``) and the decision of its ``RandomFlip``, with the same
-    NumPy draws as those transforms; the device decodes the image, crops,
-    resizes and flips (:class:`~mocoplug.models.
-    DeviceAugmentDataPreprocessor`).
-
-    Required keys: ``img_shape``. Added keys: ``crop_boxes`` (int64,
-    ``num_views x 4``: top, left, height, width) and ``flips`` (bool,
-    ``num_views``).
+    Required keys: ``img_shape``. Added keys: ``crop_boxes`` (int64
+    ``num_views x 4``: top, left, height, width), ``flips`` (bool).
 
     Args:
         transforms (list[list[dict]]): View pipelines, as ``MultiView``.

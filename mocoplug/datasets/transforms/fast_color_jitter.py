@@ -11,11 +11,8 @@ from mocoplug.registry import TRANSFORMS
 
 
 def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
-    """Rotate the hue of a uint8 RGB image by ``hue_factor`` of a full turn,
-    in float (no 8-bit HSV), rounding once at the end.
-
-    The continuous operation that torchvision's ``adjust_hue`` computes on
-    float tensors; matches it within 1 grey level.
+    """Rotate the hue of a uint8 RGB image by ``hue_factor`` of a turn in
+    float HSV, rounding once (torchvision's ``adjust_hue`` within 1 level).
     """
     hsv = cv2.cvtColor(
         rgb.astype(np.float32) * np.float32(1 / 255), cv2.COLOR_RGB2HSV)
@@ -28,34 +25,18 @@ def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
 @TRANSFORMS.register_module()
 class FastColorJitter(ColorJitter):
     """mmpretrain's ``ColorJitter`` (same arguments, same random draws), at
-    about half the cost.
-
-    Why mmpretrain's is slow: with its default ``backend='pillow'`` every
-    one of the four operations converts the BGR array to a PIL image and
-    back (two channel flips and two copies each), and the hue shift goes
-    through PIL's 8-bit HSV conversion, whose HSV->RGB half alone costs
-    more than the three other operations together. Here the image is
-    converted once, brightness, contrast and saturation are PIL's own
-    ``ImageEnhance`` operations (bit-identical to mmpretrain's), and the
-    hue is rotated in float HSV with OpenCV.
-
-    The hue operation is the one difference in values: PIL quantises hue,
-    saturation and value to 8 bits before shifting and converting back
-    (its identity round trip already moves pixels by up to 5 grey levels);
-    ``hue_backend='float'`` computes the exact rotation and rounds once,
-    within 1 grey level of torchvision's float ``adjust_hue``. On natural
-    images it differs from mmpretrain's (and the official MoCo code's,
-    also PIL) by 0.7 grey levels on average, at most about 10 on
-    saturated edges: the size of PIL's own quantisation error.
-    ``hue_backend='pillow'`` reproduces mmpretrain's output bit for bit.
+    about half the cost: one PIL conversion for the four operations
+    (mmpretrain converts per operation) and the hue rotated in float HSV
+    with OpenCV instead of PIL's slow 8-bit HSV. Brightness, contrast and
+    saturation are bit-identical; the float hue differs from PIL's by 0.7
+    grey levels on average (PIL's own quantisation error), and
+    ``hue_backend='pillow'`` reproduces mmpretrain bit for bit.
 
     Required keys: ``img`` (uint8 BGR, H x W x 3). Modified keys: ``img``.
 
     Args:
-        brightness, contrast, saturation, hue: As mmpretrain's
-            ``ColorJitter``.
-        hue_backend (str): ``'float'`` (OpenCV float HSV, the default) or
-            ``'pillow'`` (PIL 8-bit HSV, bit-identical to mmpretrain).
+        brightness, contrast, saturation, hue: As ``ColorJitter``.
+        hue_backend (str): ``'float'`` (default) or ``'pillow'``.
     """
 
     def __init__(self,

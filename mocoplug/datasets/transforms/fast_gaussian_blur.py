@@ -15,22 +15,12 @@ def kernel_size(sigma: float) -> int:
 
 @TRANSFORMS.register_module()
 class FastGaussianBlur(GaussianBlur):
-    """mmpretrain's ``GaussianBlur`` (same arguments, same random draws of
-    the probability and of sigma), computed with OpenCV.
+    """mmpretrain's ``GaussianBlur`` (same arguments, same random draws)
+    with OpenCV's separable Gaussian instead of PIL's slow box passes
+    (docs/design_notes.md#cpu-speed-choices).
 
-    mmpretrain's calls PIL's ``GaussianBlur`` (three "extended box" passes
-    per axis on a 4-channel copy), several times slower than OpenCV's
-    separable Gaussian (docs/design_notes.md#cpu-speed-choices).
-
-    The blur is a Gaussian of standard deviation ``radius`` (mmpretrain and
-    the official MoCo code pass sigma as PIL's radius, drawn from
-    [0.1, 2.0] for MoCo v2), with a sampled kernel of width
-    :func:`kernel_size` and reflected borders: torchvision's
-    ``gaussian_blur`` with that kernel, which it matches within 1 grey
-    level. PIL's box approximation has the same variance but is not the
-    same kernel: on natural images the two differ by 0.2-0.5 grey levels on
-    average (more at sharp edges and at the image border, where PIL
-    repeats the edge pixel).
+    A Gaussian of std ``radius``, kernel width :func:`kernel_size`,
+    reflected borders: torchvision's ``gaussian_blur`` within 1 grey level.
 
     Required keys: ``img`` (H x W x C). Modified keys: ``img``.
     """

@@ -10,13 +10,8 @@ from mocoplug.registry import TRANSFORMS
 @TRANSFORMS.register_module()
 class FastRandomGrayscale(RandomGrayscale):
     """mmcv's ``RandomGrayscale`` (same arguments, same random draw),
-    bit-identical output, about 5x cheaper.
-
-    Why mmcv's is slow: it multiplies the whole image by the channel
-    weights in float64 and sums over the channels (three full-size float64
-    temporaries). Here each channel's products come from a 256-entry table
-    of the same float64 values, summed in the same order and truncated the
-    same way, so the result is exactly mmcv's.
+    bit-identical and about 5x cheaper: a uint8 image's float64 channel
+    products come from 256-entry tables instead of full-size temporaries.
 
     Required keys: ``img``. Modified keys: ``img``.
     """

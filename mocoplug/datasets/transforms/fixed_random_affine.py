@@ -10,25 +10,19 @@ from mocoplug.registry import TRANSFORMS
 
 @TRANSFORMS.register_module()
 class FixedRandomAffine(BaseTransform):
-    """A random shift/rotation/scale/contrast change that is the same every
-    time a given image is loaded.
-
-    For evaluating invariance (e.g. kNN accuracy on perturbed held-out
-    images): the perturbation of image ``sample_idx`` is drawn from a
-    generator seeded with ``(seed, sample_idx)``, so every encoder is
-    compared on exactly the same perturbed images, run after run, whatever
-    the loading order or the number of workers.
+    """A random shift/rotation/scale/contrast change drawn from
+    ``(seed, sample_idx)``: the same every time an image is loaded, for
+    comparing encoders on the same perturbed images.
 
     Required keys: ``img``, ``sample_idx``. Modified keys: ``img``.
 
     Args:
-        degrees (float): Rotation drawn from [-degrees, degrees].
-            Defaults to 20.
-        translate (float): Shift drawn from [-t, t] x image size, per axis.
+        degrees (float): Rotation range [-degrees, degrees]. Defaults to 20.
+        translate (float): Shift range [-t, t] x image size per axis.
             Defaults to 0.1.
         scale (Tuple[float, float]): Zoom range. Defaults to (0.8, 1.2).
-        contrast (Tuple[float, float]): Contrast factor range, applied
-            around the image mean. Defaults to (0.5, 1.5).
+        contrast (Tuple[float, float]): Contrast factor range, around the
+            image mean. Defaults to (0.5, 1.5).
         border_value (int): Fill value outside the image. Defaults to 0.
         seed (int): Base seed. Defaults to 0.
     """
@@ -40,12 +34,9 @@ class FixedRandomAffine(BaseTransform):
                  contrast: Tuple[float, float] = (0.5, 1.5),
                  border_value: int = 0,
                  seed: int = 0) -> None:
-        self.degrees = degrees
-        self.translate = translate
-        self.scale = tuple(scale)
-        self.contrast = tuple(contrast)
-        self.border_value = border_value
-        self.seed = seed
+        self.degrees, self.translate = degrees, translate
+        self.scale, self.contrast = tuple(scale), tuple(contrast)
+        self.border_value, self.seed = border_value, seed
 
     def params(self, sample_idx: int) -> dict:
         """The perturbation of image ``sample_idx``."""

@@ -7,50 +7,36 @@ from mmpretrain.datasets.transforms import MultiView
 
 from mocoplug.registry import TRANSFORMS
 from .antialiased_resized_crop import TORCH_MODES, antialiased_resized_crop
-from .view_pipeline_split import split_view_pipeline, transform_name
+from .view_pipeline_split import (repeat_per_view, split_view_pipeline,
+                                  transform_name)
 
 
 def _crop_and_flip(pipeline) -> Optional[Tuple]:
     """(RandomResizedCrop, RandomFlip or None) when a built view pipeline is
-    a PIL-backed crop and an optional horizontal flip (the ImageNet
-    recipes), else None."""
+    a PIL-backed crop and an optional horizontal flip, else None."""
     steps = list(pipeline.transforms)
     names = [transform_name(type(t).__name__) for t in steps]
     if names not in (['RandomResizedCrop'],
                      ['RandomResizedCrop', 'RandomFlip']):
         return None
-    crop = steps[0]
-    flip = steps[1] if len(steps) == 2 else None
-    if getattr(crop, 'backend', None) != 'pillow' or getattr(
-            crop, 'interpolation',
-            None) not in TORCH_MODES or (flip is not None
-                                         and flip.direction != 'horizontal'):
+    crop, flip = steps[0], (steps[1] if len(steps) == 2 else None)
+    pil = getattr(crop, 'backend', None) == 'pillow' and getattr(
+        crop, 'interpolation', None) in TORCH_MODES
+    if not pil or (flip is not None and flip.direction != 'horizontal'):
         return None
     return crop, flip
 
 
 @TRANSFORMS.register_module()
 class GeometricMultiView(MultiView):
-    """mmpretrain's ``MultiView`` running only the geometric steps of each
-    view pipeline: the worker half of the device augmentation path.
-
-    Takes the same ``transforms`` and ``num_views`` as ``MultiView`` (the
-    recipe's own view pipelines) and runs, per view, the steps that
-    :func:`~mocoplug.datasets.transforms.view_pipeline_split.
-    split_view_pipeline` gives the workers (crop, resize, flip, affine); the
-    photometric steps (colour jitter, grayscale, blur, solarize) are left to
-    :class:`~mocoplug.models.DeviceAugmentDataPreprocessor`, configured with
-    the same pipelines.
+    """mmpretrain's ``MultiView`` running only the worker (geometric) steps
+    of each view pipeline (:func:`split_view_pipeline`); the photometric
+    ones are left to :class:`~mocoplug.models.DeviceAugmentDataPreprocessor`.
 
     When every view is ``RandomResizedCrop(backend='pillow')`` plus an
-    optional horizontal ``RandomFlip`` (the ImageNet recipes), the views
-    are cut without copying the image: the same random draws (the
-    transforms' own), the crop resized by torch's uint8 antialiased kernel
-    (PIL's filter, three times faster than PIL here, within 2 grey levels
-    of it: see :func:`antialiased_resized_crop`), and returned as uint8
-    ``3 x H x W`` tensors, which ``PackInputs`` passes on as they are.
-    Other views run the configured transforms and stay ``H x W x 3``
-    arrays, as ``MultiView``'s.
+    optional horizontal ``RandomFlip``, the views are cut with the same
+    draws by :func:`antialiased_resized_crop` into uint8 ``3 x H x W``
+    tensors; other views stay ``H x W x 3`` arrays, as ``MultiView``'s.
 
     Required keys: ``img``. Modified keys: ``img`` (a list of views).
 
@@ -66,9 +52,8 @@ class GeometricMultiView(MultiView):
         fast = [_crop_and_flip(p) for p in self.pipelines]
         self.fast_views = None
         if all(f is not None for f in fast):
-            self.fast_views = [
-                f for f, n in zip(fast, self.num_views) for _ in range(n)
-            ]
+            self.fast_views = repeat_per_view('GeometricMultiView', fast,
+                                              self.num_views)
 
     def transform(self, results: dict) -> dict:
         img = results['img']

@@ -16,23 +16,14 @@ TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
 @TRANSFORMS.register_module()
 class LoadImageBytes(BaseTransform):
-    """Read an image file's bytes and its size, without decoding it: the
-    worker half of decoding on the model's device.
+    """Read an image file's bytes and its size after the EXIF orientation
+    from the header, without decoding it (the device decodes).
 
-    The size comes from the file header (PIL opens it lazily) and is the
-    size after the EXIF orientation, which OpenCV (mmcv's ``'cv2'``
-    decoding, the recipes' loader) applies and
-    :class:`~mocoplug.models.DeviceAugmentDataPreprocessor` applies after
-    decoding, so crop boxes drawn from it (:class:`CropBoxMultiView`) refer
-    to the image as the per-image pipeline sees it.
-
-    Required keys: ``img_path``. Added keys: ``img_bytes`` (bytes),
-    ``img_shape`` and ``ori_shape`` ((height, width)), ``exif_orientation``
-    (int, 1 when there is none).
+    Required keys: ``img_path``. Added keys: ``img_bytes``, ``img_shape``
+    and ``ori_shape`` ((height, width)), ``exif_orientation`` (1: none).
 
     Args:
-        backend_args (dict, optional): mmengine file backend arguments, as
-            mmcv's ``LoadImageFromFile``.
+        backend_args (dict, optional): mmengine file backend arguments.
     """
 
     def __init__(self, backend_args: Optional[dict] = None) -> None:

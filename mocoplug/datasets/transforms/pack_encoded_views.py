@@ -7,18 +7,12 @@ from mocoplug.registry import TRANSFORMS
 
 @TRANSFORMS.register_module()
 class PackEncodedViews(PackInputs):
-    """mmpretrain's ``PackInputs`` for images still encoded: the file bytes
-    and the views' crop boxes go to the model's device, which decodes and
-    crops them (:class:`~mocoplug.models.DeviceAugmentDataPreprocessor`).
-
-    ``inputs`` is a dict: ``encoded`` (the file's bytes), ``crop_boxes``
-    (int64 ``num_views x 4``: top, left, height, width), ``flips`` (bool,
-    ``num_views``) and ``exif_orientation`` (int64 scalar). mmengine's
-    ``default_collate`` keeps the bytes as a list and stacks the rest.
+    """mmpretrain's ``PackInputs`` for images still encoded: ``inputs`` is
+    a dict of ``encoded`` (the file's bytes), ``crop_boxes``, ``flips`` and
+    ``exif_orientation`` tensors, for the device decoder.
 
     Required keys: ``img_bytes``, ``crop_boxes``, ``flips``,
-    ``exif_orientation`` (from :class:`LoadImageBytes` and
-    :class:`CropBoxMultiView`). Meta keys: as ``PackInputs``.
+    ``exif_orientation``. Meta keys: as ``PackInputs``.
     """
 
     def transform(self, results: dict) -> dict:

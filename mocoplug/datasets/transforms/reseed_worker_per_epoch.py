@@ -12,28 +12,10 @@ from mocoplug.registry import TRANSFORMS
 
 @TRANSFORMS.register_module()
 class ReseedWorkerPerEpoch(BaseTransform):
-    """Re-seed a dataloader worker's random generators at each new epoch.
-
-    A no-op on the data; placed at the head of the training pipeline by
-    :class:`~mocoplug.engine.hooks.ExactResumeHook` when the dataloader has
-    workers. In a worker, the first sample of every epoch re-seeds Python's
-    ``random``, NumPy's global generator and torch's CPU generator from
-    ``(seed, epoch, rank, worker id)``; in the main process
-    (``num_workers=0``) it does nothing.
-
-    Why: with ``persistent_workers=True`` (mmpretrain's dataset bases, and
-    ``tools/train.py``'s default) a worker is seeded once, by mmengine's
-    ``worker_init_fn``, and its generators run on across epochs; a resumed
-    run starts new workers, so its augmentations after the resume could not
-    match those of the uninterrupted run. Seeding per epoch makes the
-    augmentations of epoch ``e`` a function of the seed, ``e`` and the
-    sample order alone, the same with persistent or fresh workers, after a
-    resume or not. (mmengine seeds fresh workers identically every epoch; the
-    epoch in the seed also gives each epoch its own streams.)
-
-    The epoch is read from a shared-memory tensor that the hook updates in
-    the main process before the epoch's first batch is requested, so workers
-    that live across epochs see it.
+    """In a dataloader worker, seed Python's, NumPy's and torch's CPU
+    generators from ``(seed, epoch, rank, worker id)`` at the first sample
+    of each epoch (docs/design_notes.md#exact-resume); a no-op on the data,
+    added by :class:`~mocoplug.engine.hooks.ExactResumeHook`.
 
     Args:
         seed (int): Base seed (the runner's seed). Defaults to 0.

@@ -1,20 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Which steps of a view pipeline the data-loader workers run and which the
-model's device runs, for the device augmentation path
-(:class:`~mocoplug.datasets.transforms.GeometricMultiView` in the workers,
-:class:`~mocoplug.models.DeviceAugmentDataPreprocessor` on the device).
-
-Workers keep the geometric steps (they need the decoded image and change
-its size); the device takes the photometric ones, which act on each pixel
-or on whole-image statistics and so commute with horizontal and vertical
-flips: a flip may come after them. Any other order, and any transform not
-listed here, is refused with the step named: the device path never drops or
-reorders a step silently.
-"""
+"""Which steps of a view pipeline the workers run (geometric) and which the
+model's device runs (photometric), for the device augmentation path. Only
+flips commute with the photometric steps; any other order, or an unknown
+transform, is refused with the step named."""
 from typing import List, Sequence, Tuple, Union
 
-# geometric transforms run by the workers (mmpretrain / mmcv / torchvision
-# wrappers / mocoplug names, without scope prefix)
+# geometric transforms run by the workers (names without scope prefix)
 WORKER_TRANSFORMS = frozenset({
     'RandomResizedCrop', 'RandomFlip', 'Resize', 'ResizeEdge', 'CenterCrop',
     'RandomCrop', 'NumpyToPIL', 'PILToNumpy', 'torchvision/RandomAffine',
@@ -42,19 +33,13 @@ def transform_name(cfg: Union[dict, object]) -> str:
 
 def split_view_pipeline(
         pipeline: Sequence[dict]) -> Tuple[List[dict], List[dict]]:
-    """Split one view pipeline into its worker and device steps.
-
-    Args:
-        pipeline (Sequence[dict]): Transform configs of one view, as given to
-            mmpretrain's ``MultiView``.
-
-    Returns:
-        tuple: ``(worker_steps, device_steps)``, each in pipeline order.
+    """Split one ``MultiView`` view pipeline into ``(worker_steps,
+    device_steps)``, each in pipeline order.
 
     Raises:
-        ValueError: A transform neither list knows, a ``RandomApply`` around
-            anything but one colour jitter, or a geometric step other than a
-            flip after a photometric one.
+        ValueError: An unknown transform, a ``RandomApply`` around anything
+            but one colour jitter, or a non-flip geometric step after a
+            photometric one.
     """
     worker, device = [], []
     for index, cfg in enumerate(pipeline):
@@ -94,8 +79,8 @@ def split_view_pipeline(
 
 def repeat_per_view(owner: str, items: list,
                     num_views: Union[int, List[int]]) -> list:
-    """Each view pipeline's item repeated ``num_views`` times, as mmpretrain's
-    ``MultiView`` counts views; a count per pipeline is required."""
+    """Each view pipeline's item repeated its ``num_views`` times, as
+    ``MultiView`` counts views."""
     if isinstance(num_views, int):
         num_views = [num_views]
     if len(num_views) != len(items):

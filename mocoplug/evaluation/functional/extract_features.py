@@ -10,16 +10,9 @@ from torch.utils.data import DataLoader
 
 
 class FeatureShard(NamedTuple):
-    """One rank's share of the features of a labelled dataset.
-
-    Attributes:
-        feats (torch.Tensor): Features (n, C), float32, on the model's
-            device.
-        labels (torch.Tensor): Class labels (n, ), int64, on the same
-            device.
-        ids (torch.Tensor): Dataset index of every row (n, ), increasing,
-            on the same device. Over all ranks every index of the dataset
-            appears exactly once (the sampler's padding is dropped).
+    """One rank's share of the features of a labelled dataset: float32
+    ``feats`` (n, C), int64 ``labels`` (n, ) and increasing dataset indices
+    ``ids`` (n, ), on one device; over all ranks every index appears once.
     """
     feats: torch.Tensor
     labels: torch.Tensor
@@ -29,8 +22,7 @@ class FeatureShard(NamedTuple):
 def pool_feature(
         feats: Union[torch.Tensor, Sequence[torch.Tensor]]) -> torch.Tensor:
     """One vector per image from a backbone's output: the last stage,
-    global-average-pooled when it is a feature map (ResNet), as it is
-    when it is already a vector (a ViT's class token)."""
+    global-average-pooled when it is a feature map."""
     if isinstance(feats, (list, tuple)):
         feats = feats[-1]
     if feats.dim() == 4:
@@ -48,27 +40,18 @@ def extract_feature_shard(
     dataloader: DataLoader,
     feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 ) -> FeatureShard:
-    """This rank's backbone features of a labelled dataset, left where the
-    model computed them (nothing is gathered or copied to the host).
-
-    The model runs in eval mode (BN with running statistics) and is put
-    back in its previous mode afterwards. The loader's sampler must split
-    the dataset as mmengine's ``DefaultSampler`` does: rank r gets the
-    positions r, r + W, r + 2W, ... of its index list, which is padded at
-    the end to a multiple of the world size W; the rows of positions past
-    the dataset's end (the padding, repeated images) are dropped, so that
-    the shards of all ranks hold every image exactly once.
+    """This rank's backbone features of a labelled dataset, in eval mode,
+    on the model's device; the sampler must split as ``DefaultSampler``
+    (whose padding rows are dropped).
 
     Args:
-        model (nn.Module): A model with a ``data_preprocessor`` and an
-            ``extract_feat`` method (wrapped or not), e.g. MoCo.
+        model (nn.Module): A model (wrapped or not) with a
+            ``data_preprocessor`` and ``extract_feat``, e.g. MoCo.
         dataloader (DataLoader): Yields single-view, labelled batches.
-        feature_fn (callable, optional): Maps preprocessed inputs to the
-            backbone output; defaults to ``model.extract_feat``.
+        feature_fn (callable, optional): Replaces ``model.extract_feat``.
 
     Returns:
-        FeatureShard: Features, labels and dataset indices, sorted by
-        dataset index.
+        FeatureShard: Sorted by dataset index.
     """
     model = get_ori_model(model)
     feature_fn = feature_fn or model.extract_feat
@@ -80,8 +63,6 @@ def extract_feature_shard(
     position = rank  # of the next row in the sampler's padded index list
     try:
         for data in dataloader:
-            # labels and indices are read from the loader's host samples,
-            # before the preprocessor moves them to the device
             samples = data['data_samples']
             if not samples or 'gt_label' not in samples[0]:
                 raise ValueError(
@@ -102,7 +83,9 @@ def extract_feature_shard(
             feats.append(batch[:real].float())
     finally:
         model.train(was_training)
-    device = feats[0].device if feats else _model_device(model)
+    # a model without parameters computes on the CPU
+    device = feats[0].device if feats else next(model.parameters(),
+                                                torch.empty(0)).device
     if not feats:  # a rank that got no images (tiny dataset, many ranks)
         feats = [torch.empty(0, 0, device=device)]
     shard = FeatureShard(
@@ -115,21 +98,10 @@ def extract_feature_shard(
     return shard
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    param = next(model.parameters(), None)
-    return param.device if param is not None else torch.device('cpu')
-
-
 def gather_feature_shards(shard: FeatureShard, dst: int = 0) -> FeatureShard:
     """The features of all ranks on rank ``dst``, on the CPU, in dataset
-    order (empty tensors on the other ranks).
-
-    Each rank sends its rows as one tensor (padded to the longest shard),
-    so what travels is the features themselves: W x max(n) x C x 4 bytes
-    and the labels and indices. Use it for datasets that fit in one
-    process's memory; the kNN itself needs no gathering
-    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
-    """
+    order (empty tensors on the other ranks); each rank sends one tensor
+    padded to the longest shard."""
     rank, world_size = get_dist_info()
     if world_size == 1:
         return FeatureShard(*(t.cpu() for t in shard))
@@ -175,12 +147,8 @@ def extract_features(
     dataloader: DataLoader,
     feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Backbone features and labels of a labelled dataset, on rank 0.
-
-    :func:`extract_feature_shard` on every rank, then
-    :func:`gather_feature_shards` to rank 0. For the kNN of a large
-    dataset use the shards directly
-    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
+    """Backbone features and labels of a labelled dataset on rank 0
+    (:func:`extract_feature_shard`, then :func:`gather_feature_shards`).
 
     Returns:
         Tuple[torch.Tensor, torch.Tensor]: Features (N, C) and labels (N, )

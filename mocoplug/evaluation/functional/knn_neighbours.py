@@ -12,17 +12,9 @@ PAD_ID = torch.iinfo(torch.long).max
 
 
 class Neighbours(NamedTuple):
-    """The nearest memory features of R queries, nearest first.
-
-    Attributes:
-        sims (torch.Tensor): Cosine similarities (R, k), float32, in
-            decreasing order; equal similarities in increasing ``ids``.
-            ``-inf`` for padding (a memory smaller than k) and excluded
-            entries.
-        ids (torch.Tensor): Memory (dataset) indices (R, k); ``PAD_ID``
-            for padding.
-        labels (torch.Tensor): Their labels (R, k); 0 for padding.
-    """
+    """The nearest memory features of R queries, nearest first: float32
+    cosine ``sims`` (R, k), equal ones in increasing ``ids`` (memory
+    indices), and ``labels``; padding has ``-inf``, ``PAD_ID`` and 0."""
     sims: torch.Tensor
     ids: torch.Tensor
     labels: torch.Tensor
@@ -38,11 +30,7 @@ def no_neighbours(rows: int, k: int, device) -> Neighbours:
 
 def merge_neighbours(parts: Sequence[Neighbours], k: int) -> Neighbours:
     """The k nearest of several candidate lists of the same queries, in the
-    order of :class:`Neighbours` (similarity, then lower index first).
-
-    Exact: the result depends only on the candidates' (similarity, index)
-    pairs, not on their order or on how they were split into ``parts``.
-    """
+    order of :class:`Neighbours`, whatever the split into ``parts``."""
     sims, ids, labels = (torch.cat(t, dim=1) for t in zip(*parts))
     by_id = ids.argsort(dim=1, stable=True)
     order = sims.gather(1, by_id).argsort(
@@ -54,13 +42,8 @@ def merge_neighbours(parts: Sequence[Neighbours], k: int) -> Neighbours:
 
 def top_columns(sim: torch.Tensor, k: int) -> torch.Tensor:
     """Columns of the k largest entries of every row, ties at the k-th
-    value broken towards the lower column (``torch.topk`` leaves that
-    choice to the implementation).
-
-    A choice is left only where the (k + 1)-th largest value equals the
-    k-th; those rows (almost never any) are sorted, stably, the others
-    cost one ``topk``.
-    """
+    value broken towards the lower column (``torch.topk`` does not say);
+    only rows with such a tie are sorted."""
     if k >= sim.shape[1]:
         return torch.arange(
             sim.shape[1], device=sim.device).expand(sim.shape[0], -1)
@@ -82,28 +65,10 @@ def nearest_neighbours(query: torch.Tensor,
                        k: int,
                        query_ids: Optional[torch.Tensor] = None,
                        bank_chunk: int = 32768) -> Neighbours:
-    """The k most cosine-similar memory features of every query.
-
-    The memory is read in chunks of ``bank_chunk`` rows, each normalised
-    and cast to float32 on the queries' device when it is used: memory
-    (R x ``bank_chunk`` similarities) stays bounded and the memory is never
-    copied whole, so it may be stored in a lower precision or elsewhere.
-
-    Args:
-        query (torch.Tensor): L2-normalised float32 queries (R, C).
-        bank (torch.Tensor): Memory features (n, C), any float dtype, not
-            necessarily normalised.
-        bank_ids (torch.Tensor): Their dataset indices (n, ), increasing.
-        bank_labels (torch.Tensor): Their labels (n, ).
-        k (int): Number of neighbours; padding fills up a smaller memory.
-        query_ids (torch.Tensor, optional): Dataset indices of the queries
-            (R, ): a query never has the memory entry of its own index as
-            a neighbour (leave-one-out).
-        bank_chunk (int): Memory rows per matmul.
-
-    Returns:
-        Neighbours: (R, k), nearest first.
-    """
+    """The k nearest :class:`Neighbours` (R, k, padded) in the memory
+    ``bank`` (n, C, any float dtype, increasing ``bank_ids``) of every
+    L2-normalised float32 ``query`` (R, C), ``bank_chunk`` rows at a time;
+    a query never has its own index in ``query_ids`` as neighbour."""
     best = no_neighbours(query.shape[0], 0, query.device)
     for start in range(0, bank.shape[0], bank_chunk):
         block = bank[start:start + bank_chunk].to(query.device, torch.float32)

@@ -1,8 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Label efficiency: a linear classifier on frozen features trained with a
 small stratified share of the labels (the semi-supervised protocol of
-SimCLR / MoCo evaluations, here with scikit-learn's logistic regression, as
-it is exact and takes milliseconds on a few thousand features)."""
+SimCLR / MoCo evaluations), with scikit-learn's logistic regression."""
 from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
@@ -20,22 +19,9 @@ def stratified_label_subsets(labels: Array,
                              fraction: float,
                              draws: int,
                              seed: int = 0) -> List[np.ndarray]:
-    """Indices of ``draws`` random labelled subsets, each holding
-    ``floor(fraction * N)`` images with every class in proportion (at least
-    one image per class).
-
-    scikit-learn's ``StratifiedShuffleSplit``: the same ``seed`` gives the
-    same subsets, so every encoder is trained on the same labelled images.
-
-    Args:
-        labels (array): Labels of the training images (N, ).
-        fraction (float): Share of the labels to keep, in (0, 1).
-        draws (int): Number of subsets.
-        seed (int): Seed of the draws. Defaults to 0.
-
-    Returns:
-        List[np.ndarray]: Sorted indices into ``labels``, one array a draw.
-    """
+    """Sorted indices into ``labels`` of ``draws`` seeded stratified
+    subsets (scikit-learn's ``StratifiedShuffleSplit``) of
+    ``floor(fraction * N)`` images, at least one per class."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     labels = _numpy(labels)
@@ -59,26 +45,10 @@ def linear_probe_accuracy(train_feats: Array,
                           eval_sets: Dict[str, Tuple[Array, Array]],
                           subsets: Sequence[np.ndarray],
                           C: float = 1.0) -> Dict[str, List[float]]:
-    """Top-1 accuracy (%) of a logistic-regression classifier trained on
-    the labelled subsets of frozen training features.
-
-    Features are standardised with the mean and standard deviation of all
-    training features (which needs no label), then one L2-regularised
-    multinomial logistic regression (``C``, lbfgs) is fitted per subset
-    and evaluated on every evaluation set.
-
-    Args:
-        train_feats (array): Features of all training images (N, D).
-        train_labels (array): Their labels (N, ); only the subsets' are
-            used.
-        eval_sets (dict): ``{name: (features (M, D), labels (M, ))}``.
-        subsets (sequence): Index arrays into the training images, e.g.
-            from :func:`stratified_label_subsets`.
-        C (float): Inverse L2 regularisation strength. Defaults to 1.
-
-    Returns:
-        Dict[str, List[float]]: ``{name: [accuracy per subset]}``.
-    """
+    """``{name: [top-1 accuracy (%) per subset]}`` on every evaluation set
+    (``{name: (features, labels)}``) of a logistic regression (inverse L2
+    strength ``C``) fitted on each subset (indices) of the training
+    features, standardised with the statistics of all of them."""
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 
@@ -97,9 +67,7 @@ def linear_probe_accuracy(train_feats: Array,
     }
     train_scaled = scale(train_feats)
     out: Dict[str, List[float]] = {name: [] for name in eval_sets}
-    # One BLAS thread: the matrices are small, and next to torch's OpenMP
-    # threads a multi-threaded OpenBLAS is far slower
-    # (docs/design_notes.md#cpu-speed-choices).
+    # one BLAS thread: far faster here (docs/design_notes.md#cpu-speed-choices)
     with threadpool_limits(limits=1, user_api='blas'):
         for kept in subsets:
             clf = LogisticRegression(C=C, max_iter=5000)

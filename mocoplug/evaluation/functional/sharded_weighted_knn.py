@@ -25,43 +25,23 @@ def sharded_weighted_knn_accuracy(
     """Top-1 accuracy (percent) of the weighted kNN classifier, computed
     where the features are: every rank keeps its shard of the memory.
 
-    The protocol of `Unsupervised Feature Learning via Non-Parametric
-    Instance Discrimination <https://arxiv.org/abs/1805.01978>`_ (Wu et al.,
-    CVPR 2018), used to monitor MoCo: features are L2-normalised, the k
-    most cosine-similar memory features vote for their class with weight
-    ``exp(similarity / temperature)``.
-
-    In rounds of ``query_chunk`` queries (taken in equal parts from every
-    rank and all-gathered), each rank finds the nearest ``max(topk)``
-    features of its memory shard on its device, in chunks of
-    ``bank_chunk`` rows; the candidates of all ranks are all-gathered and
-    merged, and each rank scores its own queries for every k from that one
-    neighbour list. Per round each rank receives ``query_chunk`` queries
-    and ``world_size x query_chunk x max(topk)`` candidates, whatever the
-    memory's size; the correct counts are summed at the end, so every rank
-    returns the same figures and none waits on another's computation.
-
-    Neighbours are the k largest similarities, equal similarities in
-    increasing dataset index, so the result does not depend on the
-    chunking or the number of ranks, given the same similarities. (The
-    similarities themselves are float32 matmuls whose rounding, of the
-    order of C x 2^-24, may change with the shapes of the chunks.)
+    The protocol of `Wu et al., CVPR 2018 <https://arxiv.org/abs/1805.01978>`_:
+    on L2-normalised features, the k most similar memory features vote for
+    their class with weight ``exp(sim / temperature)``. Ties go to the
+    lower dataset index, so the chunking and ranks do not matter.
 
     Args:
         query (FeatureShard): This rank's query features.
-        bank (FeatureShard): This rank's memory features (any float dtype,
-            e.g. float16 to halve the memory).
+        bank (FeatureShard): This rank's memory features (any float dtype).
         num_classes (int): Number of classes.
-        topk (Sequence[int]): Numbers of neighbours (each capped at the
-            memory size). Defaults to (20, 200).
+        topk (Sequence[int]): Numbers of neighbours (capped at the memory
+            size). Defaults to (20, 200).
         temperature (float): Vote temperature. Defaults to 0.07.
-        exclude_self (bool): Leave-one-out: the queries are memory images
-            and no query has its own dataset index as a neighbour.
+        exclude_self (bool): Leave-one-out: no query is its own neighbour.
         query_chunk (int): Queries per round, over all ranks.
         bank_chunk (int): Memory rows per matmul.
-        distributed (bool): Split over the ranks of the default process
-            group (each rank passes its shards); False computes in this
-            process alone, on whole tensors.
+        distributed (bool): Split over the default process group's ranks;
+            False computes in this process alone.
 
     Returns:
         Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
@@ -117,8 +97,7 @@ def sharded_weighted_knn_accuracy(
 def _search(rows: torch.Tensor, ids: torch.Tensor, bank: FeatureShard, k: int,
             exclude_self: bool, bank_chunk: int) -> Neighbours:
     """The neighbours of the real query rows in this rank's memory; padding
-    rows (id -1) get none (searching them would only cost: their
-    similarities are all 0, one long tie)."""
+    rows (id -1) get none."""
     real = ids >= 0
     if bool(real.all()):
         return nearest_neighbours(rows, bank.feats, bank.ids, bank.labels, k,

@@ -17,39 +17,26 @@ def weighted_knn_scores(query: torch.Tensor,
                         temperature: float = 0.07,
                         chunk_size: int = 1024,
                         exclude_self: bool = False) -> torch.Tensor:
-    """Class scores of the weighted k-nearest-neighbour classifier.
-
-    The protocol of `Unsupervised Feature Learning via Non-Parametric
-    Instance Discrimination <https://arxiv.org/abs/1805.01978>`_ (Wu et al.,
-    CVPR 2018), used to monitor MoCo: features are L2-normalised, the k
-    most cosine-similar bank features vote for their class with weight
-    ``exp(similarity / temperature)``.
+    """Class scores of the weighted kNN classifier of `Wu et al., CVPR
+    2018 <https://arxiv.org/abs/1805.01978>`_, in query chunks.
 
     Args:
         query (torch.Tensor): Query features (M, D).
-        bank (torch.Tensor): Labelled bank features (N, D).
+        bank (torch.Tensor): Bank features (N, D).
         bank_labels (torch.Tensor): Bank labels (N, ).
         num_classes (int): Number of classes.
-        k (int): Number of neighbours (capped at N). Defaults to 200.
+        k (int): Neighbours (capped at N). Defaults to 200.
         temperature (float): Vote temperature. Defaults to 0.07.
-        chunk_size (int): Queries per matmul, to bound memory.
-        exclude_self (bool): Leave-one-out: the queries are the bank
-            (same order) and query i never votes for itself. Defaults to
-            False.
+        chunk_size (int): Queries per matmul.
+        exclude_self (bool): Leave-one-out: the queries are the bank.
 
     Returns:
-        torch.Tensor: Scores (M, num_classes); argmax is the prediction.
+        torch.Tensor: Scores (M, num_classes).
     """
-    if bank.shape[0] != bank_labels.shape[0]:
-        raise ValueError(f'weighted kNN: {bank.shape[0]} bank features but '
-                         f'{bank_labels.shape[0]} labels')
+    _check(query, bank, bank_labels, exclude_self)
     query = F.normalize(query.float(), dim=1)
     bank = F.normalize(bank.float().to(query.device), dim=1)
     bank_labels = bank_labels.long().to(query.device)
-    if exclude_self and query.shape[0] != bank.shape[0]:
-        raise ValueError('weighted kNN: exclude_self=True needs the queries '
-                         f'to be the bank, got {query.shape[0]} queries and '
-                         f'{bank.shape[0]} bank features')
     k = min(k, bank.shape[0] - int(exclude_self))
     scores = []
     for start in range(0, query.shape[0], chunk_size):
@@ -65,6 +52,17 @@ def weighted_knn_scores(query: torch.Tensor,
     return torch.cat(scores)
 
 
+def _check(query: torch.Tensor, bank: torch.Tensor, bank_labels: torch.Tensor,
+           exclude_self: bool) -> None:
+    if bank.shape[0] != bank_labels.shape[0]:
+        raise ValueError(f'weighted kNN: {bank.shape[0]} bank features but '
+                         f'{bank_labels.shape[0]} labels')
+    if exclude_self and query.shape[0] != bank.shape[0]:
+        raise ValueError('weighted kNN: exclude_self=True needs the queries '
+                         f'to be the bank, got {query.shape[0]} queries and '
+                         f'{bank.shape[0]} bank features')
+
+
 def weighted_knn_accuracy(query: torch.Tensor,
                           query_labels: torch.Tensor,
                           bank: torch.Tensor,
@@ -74,27 +72,14 @@ def weighted_knn_accuracy(query: torch.Tensor,
                           temperature: float = 0.07,
                           exclude_self: bool = False) -> Dict[str, float]:
     """Top-1 accuracy (percent) of the weighted kNN classifier for each k,
-    in this process, on whole tensors.
-
-    The neighbours are found once for the largest k, in chunks
-    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy` with
-    ``distributed=False``); the scores equal :func:`weighted_knn_scores`'
-    up to the order of the vote sums and ties at the k-th neighbour
-    (broken here towards the lower bank index).
-
-    ``exclude_self=True``: leave-one-out, the queries are the bank (same
-    order) and no image votes for itself.
+    in this process (:func:`sharded_weighted_knn_accuracy` with
+    ``distributed=False``). ``exclude_self``: leave-one-out, the queries
+    are the bank.
 
     Returns:
         Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
     """
-    if bank.shape[0] != bank_labels.shape[0]:
-        raise ValueError(f'weighted kNN: {bank.shape[0]} bank features but '
-                         f'{bank_labels.shape[0]} labels')
-    if exclude_self and query.shape[0] != bank.shape[0]:
-        raise ValueError('weighted kNN: exclude_self=True needs the queries '
-                         f'to be the bank, got {query.shape[0]} queries and '
-                         f'{bank.shape[0]} bank features')
+    _check(query, bank, bank_labels, exclude_self)
 
     def shard(feats, labels):
         device = feats.device
