@@ -2,10 +2,9 @@
 """mocoplug's benchmarks, one command with a sub-command per measurement.
 
     python tools/benchmarks/benchmark.py COMMAND [options]
-    python tools/benchmarks/benchmark.py COMMAND --help
 
-Each command's code and its documentation are in
-``tools/benchmarks/<command>.py`` (dashes as underscores).
+Each command is ``tools/benchmarks/<command>.py`` (dashes as underscores),
+built on the harness in ``common.py``.
 """
 import argparse
 import importlib

@@ -1,10 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Timing, machine and output helpers shared by the benchmark sub-commands.
+"""The harness of the benchmark sub-commands: options, short training runs,
+timing, the machine, tables and JSON.
 
 Every timed call is bracketed by :func:`synchronize` so that on CUDA the
-clock measures finished work, and reported as the median of the timed
-rounds after the warm-up rounds.
+clock measures finished work.
 """
+import argparse
 import importlib.util
 import json
 import os
@@ -14,11 +15,69 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
+from mmengine.config import Config
 
 Device = Union[str, torch.device]
 # the repository root and its configs (this file is tools/benchmarks/...)
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = osp.join(ROOT, 'configs')
+DIGITS = osp.join(
+    CONFIGS, 'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
+
+
+def parser(doc: str,
+           command: str,
+           device: bool = True,
+           out: Optional[str] = '--out',
+           **ints: Optional[int]) -> argparse.ArgumentParser:
+    """The options of ``benchmark.py command``, described by the first line
+    of ``doc``: ``--device`` (default: CUDA when visible), the JSON path
+    ``out``, and an integer option per item of ``ints`` with its default
+    (``img_size=64`` is ``--img-size 64``)."""
+    parser = argparse.ArgumentParser(
+        prog=f'benchmark.py {command}', description=doc.split('\n')[0])
+    if device:
+        parser.add_argument(
+            '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    if out:
+        parser.add_argument(out, help='write the results as JSON here')
+    for name, default in ints.items():
+        parser.add_argument(
+            '--' + name.replace('_', '-'), type=int, default=default)
+    return parser
+
+
+def quiet_cfg(config: Union[str, Config],
+              work_dir: str,
+              iters: Optional[int] = None,
+              log_level: str = 'WARNING') -> Config:
+    """``config`` run in ``work_dir`` at ``log_level``, without the kNN
+    monitor; with ``iters``, an iteration-based run of that length without
+    schedule, checkpoints or log lines."""
+    cfg = Config.fromfile(config) if isinstance(config, str) else config
+    cfg.work_dir, cfg.log_level = work_dir, log_level
+    cfg.custom_hooks = [
+        h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
+    ]
+    if iters:
+        cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
+        cfg.param_scheduler = []
+        cfg.default_hooks.checkpoint = dict(
+            type='CheckpointHook', interval=10**9, save_last=False)
+        cfg.default_hooks.logger = dict(type='LoggerHook', interval=10**9)
+    return cfg
+
+
+def hook_runner(config: Union[str, Config],
+                work_dir: str,
+                hook_type: type,
+                iters: Optional[int] = None) -> tuple:
+    """A Runner of :func:`quiet_cfg` and its hook of ``hook_type``."""
+    from mmengine.registry import RUNNERS
+
+    import mocoplug  # noqa: F401  (registers the hooks)
+    runner = RUNNERS.build(quiet_cfg(config, work_dir, iters))
+    return runner, next(h for h in runner.hooks if isinstance(h, hook_type))
 
 
 def tool_module(name: str):
@@ -117,11 +176,19 @@ def markdown_table(rows: List[dict], columns: Dict[str, str]) -> str:
     return '\n'.join(lines)
 
 
-def write_json(result: Any, path: Optional[str], indent: int = 1) -> None:
+def print_rows(rows: Dict[str, Any], value: str = 'ms') -> None:
+    """Print ``rows`` (what: value) as a two-column Markdown table."""
+    print(
+        markdown_table([dict(what=k, value=v) for k, v in rows.items()],
+                       dict(what='what', value=value)))
+
+
+def write_json(result: Any, path: Optional[str]) -> None:
     """Write ``result`` to ``path`` as JSON (nothing when ``path`` is
-    None) and say where."""
+    None), its folder made if needed, and say where."""
     if not path:
         return
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     with open(path, 'w') as f:
-        json.dump(result, f, indent=indent)
+        json.dump(result, f, indent=1)
     print(f'wrote {path}')

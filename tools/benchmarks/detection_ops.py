@@ -1,15 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Time one detector training step and one test pass with the mmcv kernels
 mocoplug serves (torchvision) against compiled mmcv's, same model and
-batch, the two taking turns.
+batch, the two taking turns (served only without a compiled mmcv).
 
     python tools/benchmarks/benchmark.py detection-ops [--config VOC_C4] \\
         [--size 320] [--batch 2] [--rois 64] [--device cpu]
-
-Without a compiled mmcv only the served kernels are timed (the comparison
-needs ``make setup-full``, or its wheel first on PYTHONPATH).
 """
-import argparse
 import importlib
 import math
 import os.path as osp
@@ -20,18 +16,8 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 
 from mocoplug.compat.mmcv_ops import ServedOps, serve_mmcv_ops
-from .common import CONFIGS, machine, markdown_table, round_robin_ms
-
-VOC_C4 = osp.join(CONFIGS, 'detection',
-                  'faster-rcnn_r50-c4_syncbn-ms-24k_voc0712.py')
-# the mmcv modules that call the kernels mocoplug serves
-KERNEL_USERS = ('mmcv.ops.roi_align', 'mmcv.ops.nms')
-
-
-def use_kernels(ext) -> None:
-    """Make mmcv's RoIAlign and nms call ``ext``'s kernels."""
-    for name in KERNEL_USERS:
-        sys.modules[name].ext_module = ext
+from .common import CONFIGS, machine, markdown_table, parser, round_robin_ms
+from .detection_zoo import random_boxes
 
 
 def build(config: str, size: int, batch: int, rois: int, device: str):
@@ -42,9 +28,8 @@ def build(config: str, size: int, batch: int, rois: int, device: str):
     from mmdet.structures import DetDataSample
     from mmengine.structures import InstanceData
 
-    cfg = Config.fromfile(config)
-    text = cfg.pretty_text.replace("'SyncBN'", "'BN'")
-    cfg = Config.fromstring(text, '.py')
+    cfg = Config.fromstring(
+        Config.fromfile(config).pretty_text.replace("'SyncBN'", "'BN'"), '.py')
     cfg.model.train_cfg.rcnn.sampler.num = rois
     cfg.model.test_cfg.rpn.max_per_img = rois
     with DefaultScope.overwrite_default_scope('mmdet'):
@@ -52,42 +37,48 @@ def build(config: str, size: int, batch: int, rois: int, device: str):
     gen = torch.Generator().manual_seed(0)
     samples = []
     for _ in range(batch):
-        xy = torch.rand(3, 2, generator=gen) * size * 0.6
-        wh = torch.rand(3, 2, generator=gen) * size * 0.3 + size * 0.1
+        shape = (size, size)
         sample = DetDataSample(
             metainfo=dict(
-                img_shape=(size, size),
-                ori_shape=(size, size),
+                img_shape=shape,
+                ori_shape=shape,
                 scale_factor=(1., 1.),
-                pad_shape=(size, size),
-                batch_input_shape=(size, size)))
+                pad_shape=shape,
+                batch_input_shape=shape))
+        boxes, labels = random_boxes(gen, size, 20)
         sample.gt_instances = InstanceData(
-            bboxes=torch.cat([xy, xy + wh], 1).to(device),
-            labels=torch.randint(0, 20, (3, ), generator=gen).to(device))
+            bboxes=boxes.to(device), labels=labels.to(device))
         samples.append(sample)
     inputs = torch.rand(batch, 3, size, size, generator=gen).to(device)
     return model, inputs, samples
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog='benchmark.py detection-ops', description=__doc__.split('\n')[0])
-    parser.add_argument('--config', default=VOC_C4)
-    parser.add_argument('--size', type=int, default=320)
-    parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--rois', type=int, default=64)
-    parser.add_argument(
-        '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--repeats', type=int, default=10)
-    args = parser.parse_args(argv)
-
-    compiled = None if serve_mmcv_ops() else importlib.import_module(
-        'mmcv._ext')
-    served = ServedOps()
+    p = parser(
+        __doc__,
+        'detection-ops',
+        out=None,
+        size=320,
+        batch=2,
+        rois=64,
+        repeats=10)
+    p.add_argument(
+        '--config',
+        default=osp.join(CONFIGS, 'detection',
+                         'faster-rcnn_r50-c4_syncbn-ms-24k_voc0712.py'))
+    args = p.parse_args(argv)
+    served = serve_mmcv_ops()
+    kernels = {'served (torchvision)': ServedOps()}
+    if not served:
+        kernels['compiled mmcv'] = importlib.import_module('mmcv._ext')
     model, inputs, samples = build(args.config, args.size, args.batch,
                                    args.rois, args.device)
-
     losses, boxes = [], []
+
+    def use_kernels(ext) -> None:
+        """Make mmcv's RoIAlign and nms call ``ext``'s kernels."""
+        for name in ('mmcv.ops.roi_align', 'mmcv.ops.nms'):
+            sys.modules[name].ext_module = ext
 
     def train_step(ext):
         use_kernels(ext)
@@ -104,9 +95,6 @@ def main(argv=None):
             out = model(inputs, samples, mode='predict')
         boxes.append(sum(len(o.pred_instances) for o in out))
 
-    kernels = {'served (torchvision)': served}
-    if compiled is not None:
-        kernels['compiled mmcv'] = compiled
     rows = []
     for step, fn in (('train step', train_step), ('test pass', test_pass)):
         times = round_robin_ms(
@@ -125,10 +113,10 @@ def main(argv=None):
                     kernels=name,
                     median=f'{ms[len(ms) // 2]:.1f}',
                     spread=f'{ms[0]:.1f}-{ms[-1]:.1f}'))
-    use_kernels(compiled or served)
+    use_kernels(list(kernels.values())[-1])  # compiled mmcv's when there
     print(f'{osp.basename(args.config)}, {args.batch} x {args.size}px '
           f'images, {args.rois} RoIs each, on {machine(args.device)}')
-    if compiled is None:
+    if len(kernels) == 1:
         print('compiled mmcv not installed: served kernels only')
     print(
         markdown_table(

@@ -1,17 +1,12 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """mmdet's model zoo on this environment's mmcv: per packaged config, the
 detector built from random init, one training step and one test pass on
-random images, and what stopped it (the mmcv kernel, or the error).
+random images (only the sizes changed), and what stopped it (the mmcv
+kernel, or the error) or the served kernels it called.
 
     python tools/benchmarks/benchmark.py detection-zoo [--size 128] \\
         [--device cpu] [--configs retinanet/retinanet_r50_fpn_1x_coco.py ...]
-
-Only the sizes change: images of ``--size`` pixels, batch augmentations that
-resize to full scale dropped, SyncBN as BN, no pretrained weights (no
-download). Each row lists the served kernels it called (none where a
-compiled mmcv runs its own).
 """
-import argparse
 import os.path as osp
 import time
 import traceback
@@ -27,7 +22,7 @@ from mmengine.registry import DefaultScope
 from mocoplug.compat.mmcv_ops import (SERVED, MMCVOpNotServedError, ServedOps,
                                       serve_mmcv_ops)
 from mocoplug.utils import walk_dicts
-from .common import machine, markdown_table, write_json
+from .common import machine, markdown_table, parser, write_json
 
 MMDET_CONFIGS = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs')
 ZOO = [
@@ -61,8 +56,7 @@ MIN_SIZE = {'dino/dino-4scale_r50_8xb2-12e_coco.py': 256}
 
 
 def small_config(path: str) -> Config:
-    """The packaged config with only the sizes changed (see the module
-    docstring)."""
+    """The packaged config with only the sizes changed."""
     cfg = Config.fromfile(path)
 
     def fix(node: dict) -> None:
@@ -90,6 +84,14 @@ def loaded_annotations(cfg: Config) -> dict:
     return found
 
 
+def random_boxes(gen: torch.Generator, size: int, num_classes: int) -> tuple:
+    """3 random boxes in a ``size`` x ``size`` image and their labels."""
+    xy = torch.rand(3, 2, generator=gen) * size * 0.6
+    wh = torch.rand(3, 2, generator=gen) * size * 0.3 + size * 0.1
+    return torch.cat([xy, xy + wh], 1), torch.randint(
+        0, num_classes, (3, ), generator=gen)
+
+
 def synthetic_batch(size: int,
                     batch: int,
                     num_classes: int,
@@ -107,9 +109,7 @@ def synthetic_batch(size: int,
     gen = torch.Generator().manual_seed(seed)
     inputs, samples = [], []
     for _ in range(batch):
-        xy = torch.rand(3, 2, generator=gen) * size * 0.6
-        wh = torch.rand(3, 2, generator=gen) * size * 0.3 + size * 0.1
-        boxes = torch.cat([xy, xy + wh], 1)
+        boxes, labels = random_boxes(gen, size, num_classes)
         masks = torch.zeros(3, size, size, dtype=torch.uint8)
         for mask, (x1, y1, x2, y2) in zip(masks, boxes.long().tolist()):
             mask[y1:y2, x1:x2] = 1
@@ -119,9 +119,7 @@ def synthetic_batch(size: int,
                 ori_shape=(size, size),
                 scale_factor=(1., 1.),
                 border=(0, size, 0, size)))  # CenterNet's crop: none
-        sample.gt_instances = InstanceData(
-            bboxes=boxes,
-            labels=torch.randint(0, num_classes, (3, ), generator=gen))
+        sample.gt_instances = InstanceData(bboxes=boxes, labels=labels)
         if with_mask:
             sample.gt_instances.masks = BitmapMasks(masks.numpy(), size, size)
         if with_seg:
@@ -201,14 +199,9 @@ def run_row(config: str, size: int = 128, device: str = 'cpu') -> dict:
 
 
 def main(argv: Optional[List[str]] = None) -> Dict:
-    parser = argparse.ArgumentParser(
-        prog='benchmark.py detection-zoo', description=__doc__.split('\n')[0])
-    parser.add_argument('--configs', nargs='+', default=ZOO)
-    parser.add_argument('--size', type=int, default=128)
-    parser.add_argument(
-        '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument('--out', help='write the rows as JSON here')
-    args = parser.parse_args(argv)
+    p = parser(__doc__, 'detection-zoo', size=128)
+    p.add_argument('--configs', nargs='+', default=ZOO)
+    args = p.parse_args(argv)
     mmcv = ('mmcv-lite, kernels served by mocoplug'
             if serve_mmcv_ops() else 'compiled mmcv')
     rows = []

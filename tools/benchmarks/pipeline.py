@@ -1,43 +1,14 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Images/s of one data-loader worker for MoCo's two-view augmentation.
 
-Compares, in ONE process on ONE core (torch/OpenCV threads = 1, as in a
-data-loader worker), on the same JPEG files:
-
-- mocoplug: the train pipeline of a mocoplug config (default: the MoCo v2
-  ImageNet config), built from the config;
-- mmpretrain: mmpretrain's MoCo v2 pipeline (its base
-  ``imagenet_bs32_mocov2.py``);
-- official: the torchvision pipeline of facebookresearch/moco
-  (``main_moco.py --aug-plus``): PIL loader, RandomResizedCrop(224,
-  scale=(0.2, 1)), ColorJitter(0.4, 0.4, 0.4, 0.1) p=0.8, RandomGrayscale
-  p=0.2, PIL GaussianBlur sigma in [0.1, 2] p=0.5, flip, ToTensor,
-  Normalize, two views;
-- device-aug: the worker's share of the device augmentation path
-  (``--device-config``, the MoCo v2 ``_device-aug`` config): decode, crop,
-  flip; the colour jitter, grayscale and blur run batched in the data
-  preprocessor (their cost: ``benchmark.py device-augment``);
-- device-decode: the worker's share when decoding on the device too
-  (``--decode-config``): read the file and draw the crop boxes.
-
-For each it times decoding (from bytes in memory), the two-view
-augmentation (from the decoded image) and the whole pipeline from the file,
-and it times the JPEG decoders mmcv's ``LoadImageFromFile`` can use
-(``imdecode_backend``: cv2, pillow, and turbojpeg when PyTurboJPEG is
-installed). Variants run alternately, round after round, each round on
-every image with the same seeds; figures are medians over the rounds of
-the process's CPU time per image (one worker on a core of its own; wall
-time is in the JSON too).
-
-Without ``--data-dir`` it writes JPEGs at ImageNet-like sizes (about
-500 x 375, quality 90) cut from the two real photographs scikit-learn
-ships (nothing is downloaded).
+A mocoplug config's train pipeline, mmpretrain's MoCo v2 one, the official
+torchvision one and the worker's share of the device augmentation paths, on
+the same JPEGs (without ``--data-dir``, cut from scikit-learn's sample
+photographs), in one process on one thread; medians of CPU time per image.
 
     python tools/benchmarks/benchmark.py pipeline [--num-images 32] \\
-        [--rounds 7] [--config CONFIG] [--device-config CONFIG] \\
-        [--decode-config CONFIG] [--data-dir DIR] [--out results.json]
+        [--rounds 7] [--config CONFIG] [--data-dir DIR] [--out results.json]
 """
-import argparse
 import io
 import os
 import os.path as osp
@@ -61,19 +32,14 @@ from mmengine.registry import DefaultScope
 from PIL import Image, ImageFilter
 
 import mocoplug  # noqa: F401  (registers the transforms, patches mmcv)
-from .common import CONFIGS, cpu_name, load_average, write_json
+from .common import CONFIGS, cpu_name, load_average, parser, write_json
 
 warnings.filterwarnings('ignore', message="Only use 'alpha'")
 
 MMPRETRAIN_BASE = osp.join(
     osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_', 'datasets',
     'imagenet_bs32_mocov2.py')
-DEFAULT_CONFIG = osp.join(CONFIGS,
-                          'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
-DEVICE_CONFIG = osp.join(
-    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-aug.py')
-DECODE_CONFIG = osp.join(
-    CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k_device-decode.py')
+V2 = osp.join(CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k')
 # ImageNet's most common sizes (width x height)
 SIZES = [(500, 375), (375, 500), (500, 333), (500, 400), (500, 500),
          (400, 500), (500, 332), (333, 500)]
@@ -102,20 +68,18 @@ def make_images(folder: str, num: int, seed: int = 0) -> List[str]:
     return paths
 
 
-class OfficialBlur:
-    """facebookresearch/moco's GaussianBlur: PIL blur, sigma ~ U(.1, 2)."""
-
-    def __call__(self, img):
-        return img.filter(ImageFilter.GaussianBlur(random.uniform(.1, 2.)))
-
-
 def official_views() -> Callable:
     """The MoCo v2 (aug-plus) transform of the official code, two views."""
     augment = T.Compose([
         T.RandomResizedCrop(224, scale=(0.2, 1.)),
         T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
         T.RandomGrayscale(p=0.2),
-        T.RandomApply([OfficialBlur()], p=0.5),
+        T.RandomApply(
+            [  # PIL blur, sigma ~ U(.1, 2), as theirs
+                lambda img: img.filter(
+                    ImageFilter.GaussianBlur(random.uniform(.1, 2.)))
+            ],
+            p=0.5),
         T.RandomHorizontalFlip(),
         T.ToTensor(),
         T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
@@ -130,20 +94,20 @@ def pil_loader(data: bytes) -> Image.Image:
 
 def decoders() -> Dict[str, Callable]:
     """mmcv's imdecode backends available here (BGR output)."""
-    found = {
-        'cv2': lambda b: mmcv.imfrombytes(b, backend='cv2'),
-        'pillow': lambda b: mmcv.imfrombytes(b, backend='pillow'),
-    }
+    found = ['cv2', 'pillow']
     try:
         import turbojpeg  # noqa: F401
-        found['turbojpeg'] = lambda b: mmcv.imfrombytes(b, backend='turbojpeg')
+        found.append('turbojpeg')
     except Exception:  # not installed, or its shared library is missing
         pass
-    return found
+    return {
+        name: lambda b, name=name: mmcv.imfrombytes(b, backend=name)
+        for name in found
+    }
 
 
-def load_backend(pipeline: List[dict]) -> str:
-    return pipeline[0].get('imdecode_backend', 'cv2')
+def train_pipeline(config: str) -> List[dict]:
+    return Config.fromfile(config).train_dataloader.dataset.pipeline
 
 
 def build(pipeline: List[dict]) -> Compose:
@@ -151,41 +115,18 @@ def build(pipeline: List[dict]) -> Compose:
         return Compose(pipeline)
 
 
-def rounded_median_ms(times: List[float]) -> float:
-    return round(statistics.median(times) * 1000, 3)
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog='benchmark.py pipeline', description=__doc__.split('\n')[0])
-    parser.add_argument(
-        '--config',
-        default=DEFAULT_CONFIG,
-        help='mocoplug config whose train pipeline to time')
-    parser.add_argument(
-        '--device-config',
-        default=DEVICE_CONFIG,
-        help='config of the device augmentation path')
-    parser.add_argument(
-        '--decode-config',
-        default=DECODE_CONFIG,
-        help='config decoding on the device')
-    parser.add_argument(
-        '--data-dir',
-        help='folder of JPEGs to use instead '
-        'of the generated ones')
-    parser.add_argument('--num-images', type=int, default=32)
-    parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--out', help='write the results as JSON here')
-    return parser.parse_args(argv)
-
-
 def main(argv=None):
-    args = parse_args(argv)
+    p = parser(__doc__, 'pipeline', device=False, num_images=32, rounds=7)
+    p.add_argument(
+        '--config',
+        default=V2 + '.py',
+        help='mocoplug config whose train pipeline to time')
+    p.add_argument('--data-dir', help='JPEGs to use instead of generated ones')
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
 
-    tmp = None
+    tmp = tempfile.TemporaryDirectory()
     if args.data_dir:
         paths = sorted(
             osp.join(args.data_dir, f) for f in os.listdir(args.data_dir)
@@ -193,27 +134,22 @@ def main(argv=None):
         if not paths:
             raise SystemExit(f'--data-dir {args.data_dir}: no .jpg/.jpeg')
     else:
-        tmp = tempfile.TemporaryDirectory()
         paths = make_images(tmp.name, args.num_images)
     blobs = [open(p, 'rb').read() for p in paths]
 
-    ours_cfg = Config.fromfile(args.config).train_dataloader.dataset.pipeline
-    ref_cfg = Config.fromfile(MMPRETRAIN_BASE).train_pipeline
+    ours_cfg = train_pipeline(args.config)
     if ours_cfg[0]['type'] != 'LoadImageFromFile':
         raise SystemExit(f'{args.config}: the train pipeline should start '
                          'with LoadImageFromFile')
-    device_cfg = Config.fromfile(
-        args.device_config).train_dataloader.dataset.pipeline
-    decode_cfg = Config.fromfile(
-        args.decode_config).train_dataloader.dataset.pipeline
-    pipelines = dict(
-        mocoplug=(build(ours_cfg), build(ours_cfg[1:]),
-                  load_backend(ours_cfg)),
-        mmpretrain=(build(ref_cfg), build(ref_cfg[1:]), load_backend(ref_cfg)),
-        **{
-            'device-aug': (build(device_cfg), build(device_cfg[1:]),
-                           load_backend(device_cfg))
-        })
+    backends = dict(official='PIL', **{'device-decode': 'header'})
+    pipelines = {}  # name: (from the file, from the decoded image)
+    for name, cfg in (('mocoplug', ours_cfg),
+                      ('mmpretrain',
+                       Config.fromfile(MMPRETRAIN_BASE).train_pipeline),
+                      ('device-aug', train_pipeline(V2 + '_device-aug.py'))):
+        pipelines[name] = build(cfg), build(cfg[1:])
+        backends[name] = cfg[0].get('imdecode_backend', 'cv2')
+    decode_cfg = train_pipeline(V2 + '_device-decode.py')
     read_bytes, draw_boxes = build(decode_cfg[:1]), build(decode_cfg[1:])
     headers = [read_bytes(dict(img_path=p)) for p in paths]
     decode = decoders()
@@ -222,12 +158,13 @@ def main(argv=None):
     decoded_pil = [pil_loader(b) for b in blobs]
 
     # name -> function of the image index; all run on every image per round
-    stages = {}
-    for name, fn in decode.items():
-        stages[f'decode/{name}'] = lambda i, fn=fn: fn(blobs[i])
+    stages = {
+        f'decode/{n}': lambda i, fn=fn: fn(blobs[i])
+        for n, fn in decode.items()
+    }
     stages['decode/PIL'] = lambda i: np.asarray(pil_loader(blobs[i]))
-    for name, (full, views, backend) in pipelines.items():
-        stages[f'augment/{name}'] = lambda i, v=views, b=backend: v(
+    for name, (full, views) in pipelines.items():
+        stages[f'augment/{name}'] = lambda i, v=views, b=backends[name]: v(
             dict(img=decoded_bgr[b][i].copy(), sample_idx=i))
         stages[f'full/{name}'] = lambda i, f=full: f(
             dict(img_path=paths[i], sample_idx=i))
@@ -247,8 +184,7 @@ def main(argv=None):
     wall_times = {name: [] for name in stages}
     names = list(stages)
     for r in range(args.rounds + 1):  # round 0 warms up
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
+        for name in names[r % len(names):] + names[:r % len(names)]:
             random.seed(r)
             np.random.seed(r)
             torch.manual_seed(r)
@@ -261,46 +197,45 @@ def main(argv=None):
                 wall_times[name].append((time.perf_counter() - wall) / n)
     load_after = load_average()
 
-    # CPU time of this (single-threaded) process: what one worker costs on
-    # a core of its own, and much less disturbed than wall time when other
-    # processes share the cores
-    ms = {name: rounded_median_ms(t) for name, t in cpu_times.items()}
-    wall_ms = {name: rounded_median_ms(t) for name, t in wall_times.items()}
+    # CPU time of this single-threaded process: what one worker costs on a
+    # core of its own, little disturbed by other processes on the cores
+    def median(times):
+        return {
+            n: round(statistics.median(t) * 1000, 3)
+            for n, t in times.items()
+        }
+
+    ms, wall_ms = median(cpu_times), median(wall_times)
     rows = []
     for name in ('official', 'mmpretrain', 'mocoplug', 'device-aug',
                  'device-decode'):
-        backend = dict(
-            official='PIL', **{
-                'device-decode': 'header'
-            }).get(name) or pipelines[name][2]
         full = ms[f'full/{name}']
         rows.append(
             dict(
                 pipeline=name,
-                decode_backend=backend,
-                decode_ms=ms[f'decode/{backend}'],
+                decode_backend=backends[name],
+                decode_ms=ms[f'decode/{backends[name]}'],
                 augment_ms=ms[f'augment/{name}'],
                 full_ms=full,
                 full_wall_ms=wall_ms[f'full/{name}'],
                 images_per_s=round(1000 / full, 1)))
-    official_ips = rows[0]['images_per_s']
-    ours_ips = rows[2]['images_per_s']
     for row in rows:
-        row['vs_official'] = round(row['images_per_s'] / official_ips, 2)
-        row['vs_mocoplug'] = round(row['images_per_s'] / ours_ips, 2)
+        row['vs_official'] = round(
+            row['images_per_s'] / rows[0]['images_per_s'], 2)
+        row['vs_mocoplug'] = round(
+            row['images_per_s'] / rows[2]['images_per_s'], 2)
 
     sizes = sorted({Image.open(p).size for p in paths})
+    kib = round(np.mean([len(b) for b in blobs]) / 1024, 1)
     print(f'{len(paths)} JPEGs ({len(sizes)} sizes, e.g. '
-          f'{sizes[0][0]}x{sizes[0][1]}; '
-          f'{np.mean([len(b) for b in blobs]) / 1024:.0f} KiB on average), '
+          f'{sizes[0][0]}x{sizes[0][1]}; {kib:.0f} KiB on average), '
           f'{args.rounds} rounds, 1 thread; load average '
           f'{load_before} -> {load_after}')
     print('\nJPEG decoding, CPU ms per image (median over rounds):\n')
     print('| decoder | ms/image |\n|---|---|')
     for name in list(decode) + ['PIL']:
-        label = {
-            'PIL': 'PIL open + convert RGB (torchvision loader)'
-        }.get(name, f'mmcv imfrombytes, backend={name}')
+        label = 'PIL open + convert RGB (torchvision loader)' if \
+            name == 'PIL' else f'mmcv imfrombytes, backend={name}'
         print(f'| {label} | {ms["decode/" + name]:.2f} |')
     if 'turbojpeg' not in decode:
         print('| mmcv, backend=turbojpeg | not installed (PyTurboJPEG) |')
@@ -325,11 +260,9 @@ def main(argv=None):
 
     result = dict(
         config=osp.relpath(args.config),
-        device_config=osp.relpath(args.device_config),
-        decode_config=osp.relpath(args.decode_config),
         num_images=len(paths),
         image_sizes=[list(s) for s in sizes],
-        mean_jpeg_kib=round(np.mean([len(b) for b in blobs]) / 1024, 1),
+        mean_jpeg_kib=kib,
         rounds=args.rounds,
         threads=1,
         load_average_before=load_before,
@@ -346,13 +279,6 @@ def main(argv=None):
         median_cpu_ms=ms,
         median_wall_ms=wall_ms,
         rows=rows)
-    if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    write_json(result, args.out, indent=2)
-    if tmp is not None:
-        tmp.cleanup()
+    write_json(result, args.out)
+    tmp.cleanup()
     return result
-
-
-if __name__ == '__main__':
-    main()

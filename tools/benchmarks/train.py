@@ -1,59 +1,13 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Time one MoCo training step: mocoplug against mmpretrain 1.2.0's built-in
 MoCo / MoCoV3 and against "the floor", a hand-written step that does only the
-method's math.
+method's math; the three in one process on the same weights and batches,
+taking turns (docs/user_guides/performance.md).
 
     python tools/benchmarks/benchmark.py train --backbone resnet18 \\
         --img-size 64 --batch 32 --queue-size 4096 65536 --steps 10 \\
         --warmup 3 --json bench.json
-
-All implementations live in ONE process, get the same weights and the same
-input batches, and are run round-robin, one step each in turn, after a
-warm-up, so that a change of machine load hits them alike. A step is what
-training does per iteration: data preprocessing (uint8 -> normalised float),
-query forward and backward, key forward, logits and loss, optimizer step
-(SGD, lr 0.03, momentum 0.9, wd 1e-4), momentum update and queue update.
-
-The optimizer (``--optimizer``): by default each implementation steps as its
-own configs make it step. mocoplug's configs ask for torch's fused SGD
-kernel (the same updates to float32 rounding, tested), mmpretrain's MoCo
-configs for torch's default SGD (a per-tensor loop on CPU, foreach kernels
-on CUDA); the floor, the cheapest known way to do the math, uses the fused
-kernel.
-``--optimizer fused`` (or ``default``) gives all three the same kernel, to
-compare the MoCo implementations alone.
-
-- ours: mocoplug's ``MoCo`` (v1/v2) or ``MoCoV3``, ``model.train_step``
-  with an mmengine ``OptimWrapper``, then ``MomentumUpdateHook.update``
-  (what the hook does after every iteration).
-- mmpretrain: mmpretrain 1.2.0's ``MoCo`` / ``MoCoV3``, ``train_step`` with
-  the same optim wrapper (its momentum update runs inside its forward;
-  its ``momentum=0.001`` is our m = 0.999, and 0.01 is our 0.99).
-- floor: the same network modules (copies of ours) in a plain loop, each
-  piece done the cheapest way we know: normalise, query forward, key
-  forward under no_grad, the InfoNCE loss against a preallocated queue in
-  float32 by ``fused_info_nce`` (no (N, 1 + K) logits tensor; the textbook
-  ``cat`` + ``cross_entropy`` costs about twice as much at K = 65536),
-  backward, fused SGD step, one fused ``torch._foreach_lerp_`` momentum
-  update, then the keys written into the queue in place (after the step, so
-  nothing is copied). MoCo v3's floor uses the textbook cross-entropy (its
-  in-batch logits are small).
-
-Shuffle BN in one process: mmpretrain's MoCo always calls
-``batch_shuffle_ddp``, which in a single process permutes the key batch and
-un-permutes the keys: BN sees the same batch, so the math is that of no
-shuffling (it pays a gather of the images). mocoplug's ``shuffle_bn='ddp'``
-does nothing in one process, so ours runs ``shuffle_bn='none'`` and the floor
-does not shuffle: the same math for all three. (``--shuffle-bn split`` makes
-ours emulate Shuffle BN over BN slices; the others cannot, so the ratio is
-then not like for like.) MoCo v3 has no Shuffle BN.
-
-Sync points: none inside a step; on CUDA a ``torch.cuda.synchronize()``
-before and after every timed step. The breakdown of ours re-runs its step
-piece by piece with the same methods ``MoCo.loss`` calls and a sync between
-pieces (on CUDA, synchronize), so its total is slightly above the step.
 """
-import argparse
 import copy
 import statistics
 import time
@@ -64,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import MessageHub, MMLogger
-from mmengine.optim import OptimWrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
 from mmpretrain.models.selfsup import MoCoV3 as MMPretrainMoCoV3
 from mmpretrain.structures import DataSample
@@ -73,7 +27,7 @@ from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
-from .common import load_average, machine, round_robin_ms
+from .common import load_average, machine, parser, round_robin_ms
 from .common import synchronize as sync
 from .common import write_json
 
@@ -81,70 +35,47 @@ MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
 PREPROCESSOR = dict(mean=MEAN, std=STD, to_rgb=True)
 FEAT_DIM = dict(resnet18=512, resnet34=512, resnet50=2048, resnet101=2048)
+IMPLS = ('ours', 'mmpretrain', 'floor')
+SEED = 0
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog='benchmark.py train', description=__doc__.split('\n')[0])
-    parser.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
-    parser.add_argument('--img-size', type=int, default=64)
-    parser.add_argument('--batch', type=int, default=32)
-    parser.add_argument(
+    p = parser(
+        __doc__,
+        'train',
+        out='--json',
+        img_size=64,
+        batch=32,
+        steps=10,  # timed steps per implementation
+        warmup=3,
+        v3_hidden=4096,  # hidden width of the MoCo v3 MLPs
+        threads=None)  # torch.set_num_threads (CPU)
+    p.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
+    p.add_argument(
         '--queue-size',
         type=int,
         nargs='+',
         default=[4096, 65536],
         help='K values for MoCo v1/v2 (one table row each)')
-    parser.add_argument(
-        '--steps', type=int, default=10, help='timed steps per implementation')
-    parser.add_argument('--warmup', type=int, default=3)
-    parser.add_argument(
-        '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
-    parser.add_argument(
-        '--amp',
-        choices=['on', 'off'],
-        default='off',
-        help='float16 (CUDA) / bfloat16 (CPU) autocast')
-    parser.add_argument(
-        '--channels-last', choices=['on', 'off'], default='off')
-    parser.add_argument(
+    on_off = dict(choices=['on', 'off'], default='off')
+    p.add_argument(
+        '--amp', **on_off, help='float16 (CUDA) / bfloat16 (CPU) autocast')
+    p.add_argument('--channels-last', **on_off)
+    p.add_argument(
         '--algos',
         nargs='+',
         default=['mocov2'],
         choices=['mocov2', 'mocov3'],
-        help='MoCo v1 is v2 with a linear neck and tau '
-        '0.07: the same step')
-    parser.add_argument(
-        '--impls',
-        nargs='+',
-        default=['ours', 'mmpretrain', 'floor'],
-        choices=['ours', 'mmpretrain', 'floor'])
-    parser.add_argument(
-        '--shuffle-bn',
-        choices=['none', 'split'],
-        default='none',
-        help='ours only, see above')
-    parser.add_argument(
-        '--v3-hidden',
-        type=int,
-        default=4096,
-        help='hidden width of the MoCo v3 MLPs')
-    parser.add_argument(
+        help='MoCo v1 is v2 with a linear neck and tau 0.07: the same step')
+    p.add_argument(
         '--optimizer',
         choices=['shipped', 'fused', 'default'],
         default='shipped',
         help="SGD kernel: 'shipped' = what each implementation's configs "
         "use (ours and the floor torch's fused SGD, mmpretrain torch's "
         "default); 'fused' or 'default' = that one for all three")
-    parser.add_argument('--breakdown', choices=['on', 'off'], default='on')
-    parser.add_argument(
-        '--threads',
-        type=int,
-        default=None,
-        help='torch.set_num_threads (CPU)')
-    parser.add_argument('--json', default=None, help='write results here')
-    parser.add_argument('--seed', type=int, default=0)
-    return parser.parse_args(argv)
+    p.add_argument('--breakdown', choices=['on', 'off'], default='on')
+    return p.parse_args(argv)
 
 
 # --------------------------------------------------------------- models
@@ -156,35 +87,27 @@ def resnet(args) -> dict:
 
 def build_mocov2(args, size: int):
     """Ours and mmpretrain's MoCo v2 with the same weights and queue."""
-    feat = FEAT_DIM[args.backbone]
-    tau = 0.2
+    feat, tau = FEAT_DIM[args.backbone], 0.2
+    neck = dict(in_channels=feat, hid_channels=feat, out_channels=128)
     ours = MoCo(
         backbone=resnet(args),
-        neck=dict(
-            type='MoCoProjectionNeck',
-            in_channels=feat,
-            hid_channels=feat,
-            out_channels=128),
+        neck=dict(type='MoCoProjectionNeck', **neck),
         head=dict(type='InfoNCEHead', temperature=tau),
         queue=dict(type='NegativeKeyQueue', size=size, dim=128),
-        shuffle_bn=args.shuffle_bn,
+        shuffle_bn='none',
         data_preprocessor=PREPROCESSOR,
         channels_last=args.channels_last == 'on')
     ours.init_weights()
     theirs = MMPretrainMoCo(
         backbone=resnet(args),
-        neck=dict(
-            type='MoCoV2Neck',
-            in_channels=feat,
-            hid_channels=feat,
-            out_channels=128),
+        neck=dict(type='MoCoV2Neck', **neck),
         head=dict(
             type='ContrastiveHead',
             loss=dict(type='CrossEntropyLoss'),
             temperature=tau),
         queue_len=size,
         feat_dim=128,
-        momentum=0.001,
+        momentum=0.001,  # mmpretrain's 1 - m
         data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR))
     theirs.backbone.load_state_dict(ours.backbone.state_dict())
     copy_state(ours.neck, theirs.neck)
@@ -194,43 +117,37 @@ def build_mocov2(args, size: int):
 
 def build_mocov3(args):
     """Ours and mmpretrain's MoCo v3 (ResNet recipe) with the same weights."""
-    feat, hid = FEAT_DIM[args.backbone], args.v3_hidden
+    feat = FEAT_DIM[args.backbone]
 
-    def ours_mlp(in_channels, last_bn, avg_pool):
+    def mlp(type, in_channels, last_bn, avg_pool, **extra):
         return dict(
-            type='MoCoProjectionNeck',
+            type=type,
             in_channels=in_channels,
-            hid_channels=hid,
-            out_channels=256,
-            num_layers=2,
-            with_bias=False,
-            with_bn=True,
-            with_last_bn=last_bn,
-            with_last_bn_affine=False,
-            with_avg_pool=avg_pool)
-
-    def theirs_mlp(in_channels, last_bn, avg_pool):
-        return dict(
-            type='NonLinearNeck',
-            in_channels=in_channels,
-            hid_channels=hid,
+            hid_channels=args.v3_hidden,
             out_channels=256,
             num_layers=2,
             with_bias=False,
             with_last_bn=last_bn,
             with_last_bn_affine=False,
-            with_last_bias=False,
             with_avg_pool=avg_pool,
+            **extra)
+
+    def ours_mlp(*shape):
+        return mlp('MoCoProjectionNeck', *shape, with_bn=True)
+
+    def theirs_mlp(*shape):
+        return mlp(
+            'NonLinearNeck',
+            *shape,
+            with_last_bias=False,
             norm_cfg=dict(type='BN1d'))
 
+    loss = dict(type='CrossEntropyLoss', loss_weight=2.0)
     ours = MoCoV3(
         backbone=resnet(args),
         neck=ours_mlp(feat, True, True),
         predictor=ours_mlp(256, False, False),
-        head=dict(
-            type='InfoNCEHead',
-            temperature=1.0,
-            loss=dict(type='CrossEntropyLoss', loss_weight=2.0)),
+        head=dict(type='InfoNCEHead', temperature=1.0, loss=loss),
         data_preprocessor=PREPROCESSOR,
         channels_last=args.channels_last == 'on')
     ours.init_weights()
@@ -240,7 +157,7 @@ def build_mocov3(args):
         head=dict(
             type='MoCoV3Head',
             predictor=theirs_mlp(256, False, False),
-            loss=dict(type='CrossEntropyLoss', loss_weight=2.0),
+            loss=loss,
             temperature=1.0),
         base_momentum=0.01,
         data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR))
@@ -258,7 +175,10 @@ def copy_state(src: nn.Module, dst: nn.Module) -> None:
         tensor.copy_(value)
 
 
-def sgd(params, fused: bool) -> torch.optim.Optimizer:
+def sgd(params, impl: str, args) -> torch.optim.Optimizer:
+    """SGD with the kernel ``--optimizer`` gives ``impl``."""
+    fused = impl != 'mmpretrain' if args.optimizer == 'shipped' else \
+        args.optimizer == 'fused'
     return torch.optim.SGD([p for p in params if p.requires_grad],
                            lr=0.03,
                            momentum=0.9,
@@ -266,20 +186,11 @@ def sgd(params, fused: bool) -> torch.optim.Optimizer:
                            fused=fused or None)
 
 
-def uses_fused_sgd(impl: str, args) -> bool:
-    """Whether an implementation steps with torch's fused SGD kernel (see
-    ``--optimizer``)."""
-    if args.optimizer == 'shipped':
-        return impl != 'mmpretrain'
-    return args.optimizer == 'fused'
-
-
 def optim_wrapper(model: nn.Module, args, impl: str) -> OptimWrapper:
-    optimizer = sgd(model.parameters(), uses_fused_sgd(impl, args))
+    optimizer = sgd(model.parameters(), impl, args)
     if args.amp == 'off':
         return OptimWrapper(optimizer=optimizer)
     if args.device == 'cuda':
-        from mmengine.optim import AmpOptimWrapper
         return AmpOptimWrapper(optimizer=optimizer)
     return BF16OptimWrapper(optimizer=optimizer)
 
@@ -299,33 +210,55 @@ class FloorMoCo(nn.Module):
             copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
         self.key_encoder.requires_grad_(False)
         self.tau, self.momentum = tau, momentum
-        self.optimizer = sgd(self.parameters(), uses_fused_sgd('floor', args))
+        self.optimizer = sgd(self.parameters(), 'floor', args)
         self.online = list(self.backbone.parameters()) + list(
             self.neck.parameters())
         self.target = list(self.key_encoder.parameters())
-        self.amp = Amp(args)
-        self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-        self.std = torch.tensor(STD).view(1, 3, 1, 1)
+        self.amp = args.amp == 'on'
+        self.device = args.device
+        self.scaler = torch.amp.GradScaler(
+            'cuda') if self.amp and args.device == 'cuda' else None
+        self.register_buffer('mean', torch.tensor(MEAN).view(1, 3, 1, 1))
+        self.register_buffer('std', torch.tensor(STD).view(1, 3, 1, 1))
         if self.predictor is None:
             self.register_buffer('queue', ours.queue().clone())
             self.ptr = 0
 
+    def autocast(self):
+        """Autocast as the optim wrappers do (bfloat16 on the CPU)."""
+        if not self.amp:
+            return nullcontext()
+        return torch.autocast(
+            self.device,
+            dtype=torch.float16 if self.device == 'cuda' else torch.bfloat16)
+
     def update(self, loss: torch.Tensor) -> None:
         """Backward, optimizer step and momentum update."""
         self.optimizer.zero_grad(set_to_none=True)
-        self.amp.backward_step(loss, self.optimizer)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         with torch.no_grad():
             torch._foreach_lerp_(self.target, self.online, 1 - self.momentum)
 
+    def normalise(self, raw: List[torch.Tensor]) -> List[torch.Tensor]:
+        """What SelfSupDataPreprocessor does: BGR -> RGB, float, normalise."""
+        return [(x[:, [2, 1, 0], ...].float() - self.mean) / self.std
+                for x in raw]
+
     def step(self, raw: List[torch.Tensor]) -> None:
-        im_q, im_k = (normalise(x, self.mean, self.std) for x in raw)
-        with self.amp.autocast():
+        im_q, im_k = self.normalise(raw)
+        with self.autocast():
             q = self.neck(self.backbone(im_q))[0]
             with torch.no_grad():
                 k = self.key_encoder[1](self.key_encoder[0](im_k))[0]
         q, k = F.normalize(q.float(), dim=1), F.normalize(k.float(), dim=1)
         self.update(fused_info_nce(q, k, self.queue, self.tau)[0])
-        with torch.no_grad():
+        with torch.no_grad():  # after the step, so nothing is copied
             n = k.shape[0]
             self.queue[self.ptr:self.ptr + n] = k
             self.ptr = (self.ptr + n) % self.queue.shape[0]
@@ -335,8 +268,8 @@ class FloorMoCoV3(FloorMoCo):
     """MoCo v3's step and nothing else (copies of ours' modules)."""
 
     def step(self, raw: List[torch.Tensor]) -> None:
-        v1, v2 = (normalise(x, self.mean, self.std) for x in raw)
-        with self.amp.autocast():
+        v1, v2 = self.normalise(raw)
+        with self.autocast():
             q1 = self.predictor(self.neck(self.backbone(v1)))[0]
             q2 = self.predictor(self.neck(self.backbone(v2)))[0]
             with torch.no_grad():
@@ -353,43 +286,12 @@ class FloorMoCoV3(FloorMoCo):
         self.update(ctr(q1, k2) + ctr(q2, k1))
 
 
-def normalise(x: torch.Tensor, mean, std) -> torch.Tensor:
-    """What SelfSupDataPreprocessor does: BGR -> RGB, float, normalise."""
-    return (x[:, [2, 1, 0], ...].float() - mean) / std
-
-
-class Amp:
-    """Autocast and loss scaling for the floor, as the optim wrappers do."""
-
-    def __init__(self, args):
-        self.enabled = args.amp == 'on'
-        self.device = args.device
-        self.dtype = torch.float16 if args.device == 'cuda' else \
-            torch.bfloat16
-        self.scaler = torch.amp.GradScaler(
-            'cuda') if self.enabled and args.device == 'cuda' else None
-
-    def autocast(self):
-        if not self.enabled:
-            return nullcontext()
-        return torch.autocast(self.device, dtype=self.dtype)
-
-    def backward_step(self, loss, optimizer):
-        if self.scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(optimizer)
-            self.scaler.update()
-
-
 # ---------------------------------------------------------------- timing
 
 
 def make_batches(args, count: int = 4) -> List[List[torch.Tensor]]:
     """A few batches of two uint8 views, as a dataloader would give."""
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(SEED)
     shape = (args.batch, 3, args.img_size, args.img_size)
     return [[
         torch.randint(0, 256, shape, dtype=torch.uint8,
@@ -398,8 +300,9 @@ def make_batches(args, count: int = 4) -> List[List[torch.Tensor]]:
 
 
 def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
-    """One training-step function per implementation, on shared batches."""
-    torch.manual_seed(args.seed)
+    """One training-step function per implementation, on shared batches;
+    each has its model as ``.model``."""
+    torch.manual_seed(SEED)
     if algo == 'mocov3':
         # mmpretrain's MoCoV3 reads the cosine schedule's length from here
         MessageHub.get_current_instance().update_info('max_iters', 10**6)
@@ -414,13 +317,12 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
         floor.to(memory_format=torch.channels_last)
     for module in (ours, theirs, floor):
         module.to(args.device).train()
-    floor.mean, floor.std = floor.mean.to(args.device), floor.std.to(
-        args.device)
     hook = MomentumUpdateHook(momentum=momentum)
     hook.attach(ours)
-    wrappers = dict(
-        ours=optim_wrapper(ours, args, 'ours'),
-        mmpretrain=optim_wrapper(theirs, args, 'mmpretrain'))
+    wrappers = {
+        impl: optim_wrapper(m, args, impl)
+        for impl, m in (('ours', ours), ('mmpretrain', theirs))
+    }
     samples = [
         DataSample(metainfo=dict(sample_idx=i)) for i in range(args.batch)
     ]
@@ -443,18 +345,16 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     def run_floor(raw):
         floor.step(layout(raw))
 
-    # the models, for tests that check the three compute the same step
     run_ours.model, run_theirs.model, run_floor.model = ours, theirs, floor
     funcs = dict(ours=run_ours, mmpretrain=run_theirs, floor=run_floor)
-    funcs = {name: funcs[name] for name in args.impls}
     return funcs, (ours, hook, wrappers['ours'], samples)
 
 
-def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
+def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
     """Median ms of each piece of ours' MoCo v1/v2 step, with a sync after
     every piece (the same calls as MoCo.loss and MoCo.train_step)."""
     model, hook, wrapper, samples = ours_bundle
-    queue = model.queue
+    queue, scaler = model.queue, getattr(wrapper, 'loss_scaler', None)
     pieces = {}
     for i in range(args.warmup + args.steps):
         raw = batches[i % len(batches)]
@@ -477,12 +377,13 @@ def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
             mark('key forward (incl. Shuffle BN)')
             negatives = queue()  # writes the previous step's keys
             mark('queue update')
-            losses = model.head(query, key, negatives)
-            loss, _ = model.parse_losses(losses)
+            loss, _ = model.parse_losses(model.head(query, key, negatives))
             mark('logits + loss forward')
             queue.enqueue(key)
             mark('queue update')
-        (grad, ) = torch.autograd.grad(_scaled(wrapper, loss), feat)
+        if scaler is not None:
+            loss = scaler.scale(loss)
+        (grad, ) = torch.autograd.grad(loss, feat)
         mark('logits + loss backward')
         feat.backward(grad)
         mark('query backward')
@@ -501,11 +402,6 @@ def breakdown(ours_bundle, batches, args, algo: str) -> Dict[str, float]:
     return {name: statistics.median(v) for name, v in pieces.items()}
 
 
-def _scaled(wrapper, loss):
-    scaler = getattr(wrapper, 'loss_scaler', None)
-    return scaler.scale(loss) if scaler is not None else loss
-
-
 # ----------------------------------------------------------------- main
 
 
@@ -518,8 +414,7 @@ def main(argv=None):
     start_machine = machine(args.device)
     runs = []
     for algo in args.algos:
-        sizes = [None] if algo == 'mocov3' else args.queue_size
-        for size in sizes:
+        for size in [None] if algo == 'mocov3' else args.queue_size:
             funcs, ours_bundle = step_functions(args, algo, size)
             batches = make_batches(args)
             times = round_robin_ms(funcs, args.device, args.steps, args.warmup,
@@ -530,27 +425,22 @@ def main(argv=None):
                 steps={
                     name: dict(median_ms=statistics.median(t), all_ms=t)
                     for name, t in times.items()
-                })
-            # Paired: the ratio within each round, then its median; steadier
-            # than the ratio of medians when the machine's load drifts.
-            if 'ours' in times:
-                run['paired_ratio'] = {
+                },
+                # the median of the per-round ratios: steadier than the
+                # ratio of the medians when the machine's load drifts
+                paired_ratio={
                     name:
                     statistics.median(a / b for a, b in zip(times['ours'], t))
                     for name, t in times.items() if name != 'ours'
-                }
-            if args.breakdown == 'on' and algo != 'mocov3' \
-                    and 'ours' in funcs:
+                })
+            if args.breakdown == 'on' and algo != 'mocov3':
                 run['breakdown_ours_ms'] = breakdown(ours_bundle, batches,
-                                                     args, algo)
+                                                     args)
+                print_breakdown(run)
             runs.append(run)
-            print_run(run, args)
     print_table(runs, args, start_machine)
     result = dict(
-        config={
-            k: v
-            for k, v in vars(args).items()
-        },
+        config=vars(args),
         machine=start_machine,
         load_average_end=load_average()[0],
         torch=torch.__version__,
@@ -559,9 +449,7 @@ def main(argv=None):
     return result
 
 
-def print_run(run, args) -> None:
-    if 'breakdown_ours_ms' not in run:
-        return
+def print_breakdown(run) -> None:
     pieces = run['breakdown_ours_ms']
     total = sum(pieces.values())
     print(f"\nbreakdown of ours ({run['algo']}, K={run['queue_size']}), "
@@ -585,30 +473,19 @@ def print_table(runs, args, machine_at_start: str) -> None:
         f'{args.img_size} px, batch {args.batch}, amp {args.amp}, '
         f'channels_last {args.channels_last}, median of {args.steps} steps '
         f'after {args.warmup} warm-up, round-robin, one process. Shuffle BN: '
-        'none in all (single process, see --help). SGD kernel: '
+        'none in all (single process). SGD kernel: '
         f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
         '(median of the per-round ratios).')
-    names = [n for n in ('ours', 'mmpretrain', 'floor') if n in args.impls]
-    header = '| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)'
-                                          for n in names)
-    ratios = [
-        r for r in ('mmpretrain', 'floor') if r in names and 'ours' in names
-    ]
-    header += ''.join(f' | ours / {r} (paired)' for r in ratios) + ' |'
-    print(header)
-    print('|' + '---|' * (2 + len(names) + len(ratios)))
+    print('| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)' for n in IMPLS) +
+          ' | ours / mmpretrain (paired) | ours / floor (paired) |')
+    print('|' + '---|' * 7)
     for run in runs:
-        med = {n: run['steps'][n]['median_ms'] for n in names}
+        med = {n: run['steps'][n]['median_ms'] for n in IMPLS}
         cells = [
-            f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})' for n in names
-        ]
-        cells += [
+            f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})' for n in IMPLS
+        ] + [
             f"{med['ours'] / med[r]:.3f} ({run['paired_ratio'][r]:.3f})"
-            for r in ratios
+            for r in IMPLS[1:]
         ]
         print(f"| {run['algo']} | {run['queue_size'] or 'batch'} | " +
               ' | '.join(cells) + ' |')
-
-
-if __name__ == '__main__':
-    main()
