@@ -1,25 +1,18 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The embedded demo: MoCo v2 pretraining on real images that ship with
-scikit-learn, then what the features are worth on held-out images.
-
-1. Pretrain MoCo v2 without labels on the 1258 training digits, once per
-   seed (the config named by CONFIG below).
-2. Encode the training digits and the 539 held-out digits, clean and under
-   one fixed random shift/rotation/zoom/contrast change, with raw pixels,
-   the same encoder at random init (one per seed) and MoCo (one per seed).
-3. Weighted kNN (k=20, t=0.07, memory = the training digits) on the
-   held-out digits, and label efficiency: a logistic regression on frozen
-   features trained with 1% and 10% of the training labels (stratified
-   draws, the same images for every encoder).
-4. Print the tables (mean ± standard deviation over seeds and draws), write
-   results.json and results.png (bars and curves) under the work dir.
+"""The embedded demo: MoCo v2 pretrained without labels on the 1258
+training digits of scikit-learn (once per seed, ``CONFIG``), then raw
+pixels, the encoder at random init and MoCo compared on the 539 held-out
+digits, clean and under one fixed random affine/contrast change
+(``PERTURBATION``): weighted kNN (``KNN``) and a logistic regression on
+frozen features trained with 1% and 10% of the labels (stratified draws,
+the same for every encoder). Prints the tables (mean ± std over seeds and
+draws); writes results.json and results.png under the work dir.
 
     python tools/demo.py [--work-dir work_dirs/demo] [--seeds 0 1 2]
         [--epochs 30] [--device-augment]
 
-``--device-augment`` pretrains with the views' contrast jitter and blur
-run batched by the data preprocessor (DEVICE_AUGMENT_CONFIG) instead of
-per image in the data pipeline.
+``--device-augment``: the views' contrast jitter and blur batched by the
+data preprocessor (``DEVICE_AUGMENT_CONFIG``), not per image.
 """
 import argparse
 import copy
@@ -69,8 +62,7 @@ TEST_SETS = ('clean', 'perturbed')
 
 
 class EpochPrinter(Hook):
-    """A console line after the first epoch and whenever the kNN monitor
-    has evaluated, while the run's full log stays in its work dir."""
+    """A console line after the first epoch and each kNN evaluation."""
     priority = 'LOWEST'
 
     def __init__(self, label: str):
@@ -112,20 +104,19 @@ def pretrain(cfg: Config, seed: int, work_dir: str):
     return runner.model, load_scalars(work_dir)
 
 
-def digits_loader(split: str, perturbed: bool) -> DataLoader:
+def digits_loader(split: str,
+                  perturbed: bool = False,
+                  dataset: str = 'DigitsDataset') -> DataLoader:
     pipeline = ([PERTURBATION]
                 if perturbed else []) + [dict(type='PackInputs')]
     dataset = DATASETS.build(
-        dict(type='DigitsDataset', split=split, pipeline=pipeline))
+        dict(type=dataset, split=split, pipeline=pipeline))
     return DataLoader(dataset, batch_size=256, collate_fn=default_collate)
 
 
 def estimate_bn_statistics(model, loader: DataLoader) -> None:
-    """Set BN running statistics to their exact average over the loader.
-
-    A randomly initialised encoder has running statistics 0/1 that match
-    nothing; evaluating it in eval mode would understate what random
-    features can do. No weight changes."""
+    """Set BN running statistics to their exact average over the loader
+    (a random init's 0/1 would understate random features)."""
     model.train()
     precise_bn_stats(
         model,
@@ -136,25 +127,29 @@ def estimate_bn_statistics(model, loader: DataLoader) -> None:
     model.eval()
 
 
-def encode(model, feature_fn=None) -> Dict[str, tuple]:
-    """(features, labels) of the training digits and of the held-out
-    digits, clean and perturbed."""
-    return dict(
-        train=extract_features(model, digits_loader('train', False),
-                               feature_fn),
-        clean=extract_features(model, digits_loader('test', False),
-                               feature_fn),
-        perturbed=extract_features(model, digits_loader('test', True),
-                                   feature_fn))
+def encode(model,
+           feature_fn=None,
+           dataset: str = 'DigitsDataset',
+           memory: str = 'train') -> Dict[str, tuple]:
+    """(features, labels) of the ``memory`` split (as ``train``) and of the
+    held-out ``test`` split, clean and perturbed."""
+    sets = dict(
+        train=(memory, False), clean=('test', False), perturbed=('test', True))
+    return {
+        name: extract_features(model, digits_loader(*split, dataset),
+                               feature_fn)
+        for name, split in sets.items()
+    }
 
 
-def knn_figures(feats: Dict[str, tuple]) -> Dict[str, float]:
-    """Weighted kNN top-1 (%) of the held-out digits, clean and
-    perturbed, with the training digits as memory."""
+def knn_figures(feats: Dict[str, tuple],
+                num_classes: int = 10) -> Dict[str, float]:
+    """Weighted kNN top-1 (%) of the held-out images, clean and
+    perturbed, with the ``train`` features as memory."""
     bank, bank_labels = feats['train']
     return {
         name:
-        weighted_knn_accuracy(*feats[name], bank, bank_labels, 10,
+        weighted_knn_accuracy(*feats[name], bank, bank_labels, num_classes,
                               (KNN['k'], ),
                               KNN['temperature'])[f'top1_k{KNN["k"]}']
         for name in TEST_SETS
@@ -184,11 +179,8 @@ def mean_spread(values: Sequence[float]) -> Dict[str, float]:
 
 
 def summarise(per_encoder: Dict[str, List[dict]]) -> Dict[str, dict]:
-    """Pool the per-run figures of each encoder into mean ± spread.
-
-    ``per_encoder`` maps an encoder to a list (one entry per pretraining
-    seed) of nested dicts whose leaves are a number or a list of numbers
-    (several label draws); all values of a leaf are pooled."""
+    """Pool each encoder's per-seed nested dicts (leaves: a number or a
+    list of numbers, one per label draw) into mean ± spread per leaf."""
 
     def collect(items):
         if isinstance(items[0], dict):

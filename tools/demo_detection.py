@@ -1,28 +1,16 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """The detection demo: MoCo v2 pretraining without labels, then Faster
-R-CNN and Mask R-CNN (C4) fine-tuned on a few labelled scenes, on embedded
-real data (scikit-learn's handwritten digits composed into scenes).
-
-1. Write scenes of 1-3 digits (mocoplug.datasets.detection_scenes): the
-   unlabelled scenes and their labelled subsets from the 1258 training
-   digits, validation scenes from the training digits too, test scenes
-   from the 539 held-out digits; as PASCAL VOC (boxes) and COCO (boxes,
-   masks from the strokes).
-2. Pretrain one slim ResNet-18 with MoCo v2 on the unlabelled scenes, and,
-   as the paper's reference row, the same backbone with labels on the
-   training digits.
-3. Fine-tune the shipped C4 configs, scaled down for CPU
-   (``scaled_detection_cfg``), from (a) random init, (b) MoCo and (c) the
-   supervised backbone (at the smaller label budget), per seed; VOC AP50
-   and COCO box/mask AP on the test scenes (``--val``: on the validation
-   scenes, where the settings were chosen).
-4. Print the table; write results.json and results.png (bars, and the
-   detections of (a) and (b) on the same test scenes).
+R-CNN and Mask R-CNN (C4) fine-tuned on a few labelled scenes of
+scikit-learn's handwritten digits (``mocoplug.datasets.detection_scenes``;
+test scenes from the held-out digits), from random init, MoCo v2 and a
+supervised backbone, per seed. Prints the table; writes results.json and
+results.png (bars, and the detections of random init and MoCo).
 
     python tools/demo_detection.py [--work-dir work_dirs/demo_detection]
         [--seeds 0 1 2] [--budgets 32 128] [--iters 200] [--workers 2]
 
-The runs are independent and go to ``--workers`` single-threaded processes.
+The runs go to ``--workers`` single-threaded processes. What the scaled
+configs change: configs/detection/README.md; why: docs/design_notes.md.
 """
 import argparse
 import contextlib
@@ -33,8 +21,9 @@ import os
 import os.path as osp
 import time
 import warnings
+from collections import defaultdict
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,13 +34,18 @@ COCO_C4 = osp.join(DET, 'mask-rcnn_r50-c4_syncbn-ms-1x_coco.py')
 MOCO = osp.join(ROOT, 'configs', 'mocov2',
                 'mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 CLASSES = tuple(str(i) for i in range(10))
-# ResNet-18 at a quarter of the width, initialised as the shipped MoCo v2
-# configs (zero_init_residual=False, torchvision's ResNet in the official
-# code); the detectors' res5 head is its layer4.
+# ResNet-18 at a quarter of the width; the detectors' res5 head is layer4
 BACKBONE = dict(depth=18, base_channels=16)
+# the pretrained backbones, initialised as the shipped MoCo v2 configs
+RESNET = dict(
+    BACKBONE,
+    type='ResNet',
+    stem_channels=BACKBONE['base_channels'],
+    zero_init_residual=False)
 SCENE = 64  # scene side (px); the detectors see it at 96 (test scale)
 TEST_SCALE = 96
 FIGURE_SCENES = 4
+TEXT = dict(fontsize=7, color='yellow', va='bottom')  # a detection's label
 
 
 def write_scenes(root: str, budgets: List[int], num_unlabelled: int,
@@ -80,6 +74,29 @@ def write_scenes(root: str, budgets: List[int], num_unlabelled: int,
     return dict(voc=voc + os.sep, coco=coco + os.sep, folder=folder)
 
 
+def single_process_cfg(cfg,
+                       choice_scales: Optional[Callable] = None,
+                       scale: Optional[Callable] = None,
+                       keys: Sequence[str] = ()):
+    """Change ``cfg`` in place for one process and other image sizes: BN
+    for SyncBN in the model and, in ``cfg[key]`` for each of ``keys``,
+    ``RandomChoiceResize`` scales mapped by ``choice_scales`` and
+    ``Resize`` scales by ``scale``. Returns ``cfg``."""
+    from mocoplug.utils import walk_dicts
+
+    def fix(node: dict) -> None:
+        if node.get('type') == 'RandomChoiceResize':
+            node['scales'] = choice_scales(node['scales'])
+        if node.get('type') == 'Resize':
+            node['scale'] = scale(node['scale'])
+
+    walk_dicts(cfg.model,
+               lambda n: n.get('type') == 'SyncBN' and n.update(type='BN'))
+    for key in keys:
+        walk_dicts(cfg[key], fix)
+    return cfg
+
+
 def scaled_detection_cfg(path: str,
                          data_root: str,
                          work_dir: str,
@@ -88,35 +105,18 @@ def scaled_detection_cfg(path: str,
                          split: str = 'test',
                          rois: int = 16,
                          batch_size: int = 4):
-    """A shipped C4 detection config scaled down for a CPU demo.
-
-    Scaled: the backbone (``BACKBONE``, res5 as
-    ``ScalableResLayerExtraNorm``), the image scales (test 96 px instead of
-    800, train shorter side 64-96 instead of 480/640-800), RoIAlign 7 (14),
-    ``rois`` sampled RoIs per image (512), the proposals (train 300/100,
-    test 300/50 instead of 12000/2000 and 6000/1000), the schedule
-    (``iters`` iterations of ``batch_size`` images at the shipped lr 0.02,
-    steps at the shipped fractions, a tenth of warm-up), PreciseBN over 20
-    batches (200), BN for SyncBN (one process), VOC AP at IoU 0.5 only.
-    Data: the first ``budget`` labelled scenes, evaluated on ``split``.
-    Everything else as shipped.
-    """
+    """A shipped C4 detection config scaled down for a CPU demo (what
+    changes: configs/detection/README.md), ``iters`` iterations of
+    ``batch_size`` images, ``rois`` sampled RoIs per image, trained on the
+    first ``budget`` labelled scenes, evaluated on ``split``."""
     from mmengine.config import Config
-
-    from mocoplug.utils import walk_dicts
-    cfg = Config.fromfile(path)
+    cfg = single_process_cfg(
+        Config.fromfile(path),
+        lambda _: [(TEST_SCALE * 2, s)
+                   for s in range(SCENE, TEST_SCALE + 1, 8)], lambda _:
+        (TEST_SCALE * 2, TEST_SCALE),
+        ('train_dataloader', 'val_dataloader', 'val_evaluator'))
     coco = 'coco' in osp.basename(path)
-
-    def fix(node: dict) -> None:
-        if node.get('type') == 'SyncBN':
-            node['type'] = 'BN'
-        if node.get('type') == 'RandomChoiceResize':
-            node['scales'] = [(TEST_SCALE * 2, s)
-                              for s in range(SCENE, TEST_SCALE + 1, 8)]
-        if node.get('type') == 'Resize':
-            node['scale'] = (TEST_SCALE * 2, TEST_SCALE)
-
-    walk_dicts(cfg.model, fix)
     m = cfg.model
     c4 = BACKBONE['base_channels'] * 4  # BasicBlock: expansion 1
     m.backbone.update(BACKBONE, stem_channels=BACKBONE['base_channels'])
@@ -135,8 +135,6 @@ def scaled_detection_cfg(path: str,
     m.train_cfg.rpn_proposal.update(nms_pre=300, max_per_img=100)
     m.test_cfg.rpn.update(nms_pre=300, max_per_img=50)
 
-    for key in ('train_dataloader', 'val_dataloader', 'val_evaluator'):
-        walk_dicts(cfg[key], fix)
     if not coco:  # the demo reports AP50 (AP50:95 takes 5 s more a run)
         cfg.val_evaluator.iou_thrs = [0.5]
     metainfo = dict(classes=CLASSES)
@@ -200,17 +198,11 @@ def scaled_detection_cfg(path: str,
 
 def moco_cfg(folder: str, work_dir: str, epochs: int):
     """MoCo v2 on the unlabelled scenes (64 px, whole): the digits
-    config's recipe (BN projection neck, SplitBN, tau 0.2, the digits'
-    views, m 0.99) with ``BACKBONE``, K 512 (about the number of scenes)
-    and lr 0.03 (MoCo v2's, for batch 256: more than the batch's 0.0075
-    learnt faster in this short run)."""
+    config's recipe with ``RESNET``, K 512 (about the number of scenes)
+    and lr 0.03 (MoCo v2's)."""
     from mmengine.config import Config
     cfg = Config.fromfile(MOCO)
-    cfg.model.backbone = dict(
-        type='ResNet',
-        stem_channels=BACKBONE['base_channels'],
-        zero_init_residual=False,
-        **BACKBONE)
+    cfg.model.backbone = RESNET
     cfg.model.neck.in_channels = BACKBONE['base_channels'] * 8
     cfg.model.queue.size = 512
     cfg.optim_wrapper.optimizer.lr = 0.03
@@ -241,12 +233,6 @@ def supervised_cfg(work_dir: str, epochs: int):
     MoCo views: the paper's 'supervised pretraining' row."""
     from mmengine.config import Config
     moco = Config.fromfile(MOCO)
-    digits = dict(type='mocoplug.DigitsDataset', img_size=40)
-    loader = dict(
-        batch_size=64,
-        num_workers=0,
-        sampler=dict(type='DefaultSampler', shuffle=True),
-        collate_fn=dict(type='default_collate'))
     return Config(
         dict(
             default_scope='mmpretrain',
@@ -256,20 +242,20 @@ def supervised_cfg(work_dir: str, epochs: int):
                     moco.data_preprocessor,
                     type='ClsDataPreprocessor',
                     num_classes=10),
-                backbone=dict(
-                    type='ResNet',
-                    stem_channels=BACKBONE['base_channels'],
-                    zero_init_residual=False,
-                    **BACKBONE),
+                backbone=RESNET,
                 neck=dict(type='GlobalAveragePooling'),
                 head=dict(
                     type='LinearClsHead',
                     num_classes=10,
                     in_channels=BACKBONE['base_channels'] * 8)),
             train_dataloader=dict(
-                loader,
+                batch_size=64,
+                num_workers=0,
+                sampler=dict(type='DefaultSampler', shuffle=True),
+                collate_fn=dict(type='default_collate'),
                 dataset=dict(
-                    digits,
+                    type='mocoplug.DigitsDataset',
+                    img_size=40,
                     split='train',
                     pipeline=moco.view_pipeline + [dict(type='PackInputs')])),
             optim_wrapper=dict(
@@ -376,15 +362,13 @@ def _mean_std(values: List[float]) -> Tuple[float, float]:
 def summary_table(results: Dict[str, Dict[str, List[float]]],
                   seeds: List[int]) -> str:
     """One line per (metric, budget), one column per init."""
-    lines = [
-        f'{"":<44}' + ''.join(f'{init:>17}' for init in INITS),
-    ]
+    lines = [f'{"":<44}' + ''.join(f'{init:>17}' for init in INITS)]
     for key, per_init in results.items():
-        cells = []
-        for init in INITS:
-            values = per_init.get(init, [])
-            cells.append('%8.1f ± %4.1f' %
-                         _mean_std(values) if values else '-')
+        cells = [
+            '%8.1f ± %4.1f' %
+            _mean_std(per_init[init]) if per_init.get(init) else '-'
+            for init in INITS
+        ]
         lines.append(f'{key:<44}' + ''.join(f'{c:>17}' for c in cells))
     lines.append(f'(mean ± standard deviation over seeds {seeds}, x 100)')
     return '\n'.join(lines)
@@ -419,22 +403,12 @@ def figure(results: Dict[str, Dict[str, List[float]]], images: List[str],
         for col, image in enumerate(images):
             ax = fig.add_subplot(grid[row, col])
             ax.imshow(Image.open(image))
+            color = 'lime' if row == 2 else 'orange'
             for (x1, y1, x2, y2), label, score in detections[init][col]:
-                ax.add_patch(
-                    plt.Rectangle((x1, y1),
-                                  x2 - x1,
-                                  y2 - y1,
-                                  fill=False,
-                                  color='lime' if row == 2 else 'orange'))
-                ax.text(
-                    x1,
-                    y1,
-                    f'{CLASSES[label]} {score:.1f}',
-                    fontsize=7,
-                    color='yellow',
-                    va='bottom')
-            ax.set_xticks([])
-            ax.set_yticks([])
+                box = (x1, y1), x2 - x1, y2 - y1
+                ax.add_patch(plt.Rectangle(*box, fill=False, color=color))
+                ax.text(x1, y1, f'{CLASSES[label]} {score:.1f}', **TEXT)
+            ax.set(xticks=[], yticks=[])
             if col == 0:
                 ax.set_ylabel(init)
     fig.tight_layout()
@@ -474,9 +448,9 @@ def main(argv=None):
         mp_context=multiprocessing.get_context('spawn'),
         initializer=_worker_init)
     # needs no scenes: trains while they are written
-    sup_dir = osp.join(wd, 'supervised')
-    supervised = pool.submit(pretrain, 'supervised', sup_dir,
-                             args.supervised_epochs)
+    supervised = pool.submit(pretrain, 'supervised',
+                             osp.join(wd,
+                                      'supervised'), args.supervised_epochs)
     data = write_scenes(
         osp.join(wd, 'data'), budgets, args.unlabelled, args.scenes,
         args.scenes)
@@ -498,7 +472,7 @@ def main(argv=None):
                                                              budgets[0]):
                     runs += [(task, budget, keys, init, seed, cfg)
                              for seed in args.seeds]
-    per_seed: Dict[str, Dict[str, Dict[int, float]]] = {}
+    per_seed = defaultdict(lambda: defaultdict(dict))  # name, init, seed
     with pool:
         # the random-init runs start while the backbones pretrain
         moco = pool.submit(pretrain, 'moco', osp.join(wd, 'moco'),
@@ -527,9 +501,7 @@ def main(argv=None):
                 metrics, dets, took = future.result()
                 for key in keys:
                     name = f'{task}, {budget} labelled, {key.split("/")[1]}'
-                    per_seed.setdefault(name,
-                                        {}).setdefault(init,
-                                                       {})[seed] = metrics[key]
+                    per_seed[name][init][seed] = metrics[key]
                 if (seed, budget, task) == (args.seeds[0], budgets[-1],
                                             TASKS[0][0]):
                     detections[init] = dets

@@ -6,23 +6,14 @@ table.
     make gpu-check                       # the same
 
 Steps (``--steps``; what each covers: docs/user_guides/performance.md):
-``device_tests`` (pytest ``-m device --device cuda`` on ``DEVICE_TESTS``),
-``train`` (the MoCo v2 R50 config on synthetic images: float32, AMP,
-bfloat16, channels_last, cuDNN autotuning, an lr-0 control; the loss must
-end below the control's), ``exact_resume`` (bitwise equal after a resume,
-deterministic kernels), ``benchmark`` (``benchmark.py train`` and
-``device-augment --decode``, the GPU decode repeated), ``knn`` (ImageNet
-size), ``multi_gpu`` (torchrun, one process per GPU; two gloo processes on
-a CPU) and ``detection`` (``benchmark.py detection-ops``).
-
+``device_tests``, ``train``, ``exact_resume``, ``benchmark``, ``knn``,
+``multi_gpu`` (torchrun; two gloo processes on a CPU) and ``detection``.
 Without CUDA (or with ``--device cpu``) the same code paths run at toy
-sizes (ResNet-18, 32 px crops, a few iterations; the report's ``mode`` says
-so); CI runs that mode (tests/tools/test_gpu_check.py). The report is
-rewritten after every step, so a run stopped at a time limit keeps the
-steps it finished. Without the OpenMMLab packages and network: install
-them from local wheels first (docs/get_started.md#a-gpu-machine).
+sizes (the report's ``mode`` says so; CI: tests/tools/test_gpu_check.py).
+The report is rewritten after every step.
 """
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -46,6 +37,8 @@ import torch  # noqa: E402
 from mmengine.config import Config  # noqa: E402
 from mmengine.dist import barrier  # noqa: E402
 
+from mocoplug.utils import walk_dicts  # noqa: E402
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
                   'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
@@ -65,9 +58,7 @@ V2_DEVICE_AUG = CONFIG.replace('.py', '_device-aug.py')
 V3_CONFIG = osp.join(ROOT, 'configs',
                      'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
 FEATURES = {18: 512, 50: 2048}
-
-# What each mode runs. cuda: the shipped config at its size; cpu: the same
-# code paths at toy sizes, to check the script in CI.
+# cuda: the shipped config at its size; cpu: the same code paths, toy sizes
 SIZES = dict(
     cuda=dict(
         depth=50,
@@ -78,21 +69,17 @@ SIZES = dict(
         workers=8,
         iters=200,
         resume_iters=40,
-        bench=[
-            '--backbone', 'resnet50', '--img-size', '224', '--batch', '32',
-            '--queue-size', '65536', '--steps', '20', '--warmup', '5'
-        ],
+        bench=('--backbone resnet50 --img-size 224 --batch 32 '
+               '--queue-size 65536 --steps 20 --warmup 5').split(),
         bench_combos=[(a, c) for a in ('off', 'on') for c in ('off', 'on')],
         augment_batches=['32', '256'],
         knn=[],  # benchmark_knn's defaults: ImageNet size
         dist_iters=50,
-        detection=['--size', '512', '--batch', '2', '--rois', '512']),
+        detection='--size 512 --batch 2 --rois 512'.split()),
     cpu=dict(
         depth=18,
         width=16,  # stem and base channels (64 in ResNet-18 proper)
-        # 32 px: ResNet's last stage then sees 2x2 maps (on 1x1 maps with
-        # stride 2, oneDNN 3.x's bfloat16 weight gradient reads
-        # uninitialised memory; see BF16OptimWrapper)
+        # 32 px: 2x2 maps in the last stage (1x1: see BF16OptimWrapper)
         crop=32,
         image=40,
         batch=8,
@@ -100,23 +87,15 @@ SIZES = dict(
         workers=0,
         iters=4,
         resume_iters=4,
-        bench=[
-            '--backbone', 'resnet18', '--img-size', '32', '--batch', '4',
-            '--queue-size', '64', '--steps', '1', '--warmup', '0', '--threads',
-            str(torch.get_num_threads())
-        ],
-        # each path once (a CPU compiles kernels for every new layout and
-        # dtype, which is most of the time at this size)
+        bench=('--backbone resnet18 --img-size 32 --batch 4 --queue-size 64 '
+               f'--steps 1 --warmup 0 --threads {torch.get_num_threads()}'
+               ).split(),
+        # each path once (compiling each layout's kernels is the time here)
         bench_combos=[('off', 'off'), ('on', 'on')],
         augment_batches=['2'],
-        knn=[
-            '--bank', '20000', '--queries', '500', '--dim', '128', '--classes',
-            '100'
-        ],
+        knn='--bank 20000 --queries 500 --dim 128 --classes 100'.split(),
         dist_iters=2,
-        detection=[
-            '--size', '64', '--batch', '1', '--rois', '8', '--repeats', '1'
-        ]))
+        detection='--size 64 --batch 1 --rois 8 --repeats 1'.split()))
 # the loss must fall below the control's; judged from this many iterations
 MIN_ITERS_TO_JUDGE = 50
 
@@ -131,16 +110,12 @@ def parse_args(argv=None):
     parser.add_argument(
         '--steps', nargs='+', choices=STEPS, default=list(STEPS))
     parser.add_argument('--config', default=CONFIG)
+    parser.add_argument('--iters', type=int, help='training iterations')
+    parser.add_argument('--batch', type=int)
+    parser.add_argument('--workers', type=int, help='data loader workers')
     parser.add_argument(
-        '--iters', type=int, default=None, help='training iterations')
-    parser.add_argument('--batch', type=int, default=None)
-    parser.add_argument(
-        '--workers', type=int, default=None, help='data loader workers')
-    parser.add_argument(
-        '--pytest-k',
-        default=None,
-        help='only the device tests matching this pytest -k expression')
-    parser.add_argument('--work-dir', default=None)
+        '--pytest-k', help='only the device tests matching this -k expression')
+    parser.add_argument('--work-dir')
     parser.add_argument(
         '--out',
         default=osp.join('work_dirs', 'gpu_check', 'gpu_check.json'),
@@ -158,6 +133,16 @@ def parse_args(argv=None):
     return args
 
 
+def run_logged(cmd: list) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in the repository root, stdout and stderr together."""
+    return subprocess.run(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True)
+
+
 # ----------------------------------------------------------------- steps
 
 
@@ -168,59 +153,51 @@ def run_device_tests(args, size, work_dir) -> dict:
         sys.executable, '-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider',
         '-W', 'ignore', '-m', 'device', '--device', args.device,
         f'--junitxml={junit}'
-    ] + DEVICE_TESTS
-    if args.pytest_k:
-        cmd += ['-k', args.pytest_k]
+    ] + DEVICE_TESTS + (['-k', args.pytest_k] if args.pytest_k else [])
     start = time.perf_counter()
-    proc = subprocess.run(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True)
+    proc = run_logged(cmd)
     counts = dict(tests=0, failures=0, errors=0, skipped=0)
     failed = []
     if osp.exists(junit):
-        for suite in ET.parse(junit).getroot().iter('testsuite'):
+        root = ET.parse(junit).getroot()
+        for suite in root.iter('testsuite'):
             for key in counts:
                 counts[key] += int(suite.get(key, 0))
-        for case in ET.parse(junit).getroot().iter('testcase'):
-            if case.find('failure') is not None or case.find(
-                    'error') is not None:
-                failed.append(f"{case.get('classname')}::{case.get('name')}")
-    counts['passed'] = (
-        counts['tests'] - counts['failures'] - counts['errors'] -
-        counts['skipped'])
-    ran = counts['passed'] > 0
+        failed = [
+            f"{case.get('classname')}::{case.get('name')}"
+            for case in root.iter('testcase') if
+            case.find('failure') is not None or case.find('error') is not None
+        ]
+    counts['passed'] = counts['tests'] - sum(
+        counts[k] for k in ('failures', 'errors', 'skipped'))
     return dict(
         command=' '.join(cmd[1:]),
         returncode=proc.returncode,
         seconds=round(time.perf_counter() - start, 1),
         failed=failed,
         output_tail=proc.stdout[-3000:],
-        checks=dict(pytest_passed=proc.returncode == 0, ran_tests=ran),
+        checks=dict(
+            pytest_passed=proc.returncode == 0, ran_tests=counts['passed']
+            > 0),
         **counts)
 
 
 def run_train(args, size, work_dir) -> dict:
     """The MoCo v2 R50 config on synthetic images: AMP off/on, lr 0."""
     iters = args.iters or size['iters']
-    runs = dict(
-        amp_off=dict(),
-        amp_on=dict(amp=True),
-        control_lr0=dict(lr=0.),
-    )
+    runs = dict(amp_off={}, amp_on=dict(amp=True), control_lr0=dict(lr=0.))
     if args.device == 'cuda':
-        runs['amp_off_cudnn_benchmark'] = dict(cudnn_benchmark=True)
-        runs['bf16'] = dict(bf16=True)
-        runs['channels_last'] = dict(channels_last=True)
-    out = {}
-    for name, options in runs.items():
-        cfg = pretrain_cfg(args, size, osp.join(work_dir, name), iters,
-                           **options)
-        out[name] = train_figures(cfg, args.device)
-    window = max(1, iters // 5)
-    control = out['control_lr0']['loss_last']
+        runs.update(
+            amp_off_cudnn_benchmark=dict(cudnn_benchmark=True),
+            bf16=dict(bf16=True),
+            channels_last=dict(channels_last=True))
+    out = {
+        name:
+        train_figures(
+            pretrain_cfg(args, size, osp.join(work_dir, name), iters, **kw),
+            args.device)
+        for name, kw in runs.items()
+    }
     checks = {}
     for name, figures in out.items():
         checks[f'{name}_loss_finite'] = figures['loss_finite']
@@ -229,9 +206,9 @@ def run_train(args, size, work_dir) -> dict:
     for name in out:
         if name != 'control_lr0' and judged:
             checks[f'{name}_loss_below_lr0_control'] = \
-                out[name]['loss_last'] < control
-    note = (f'loss_last = mean of the last {window} losses; trained runs '
-            'must end below the lr-0 control')
+                out[name]['loss_last'] < out['control_lr0']['loss_last']
+    note = (f'loss_last = mean of the last {max(1, iters // 5)} losses; '
+            'trained runs must end below the lr-0 control')
     if not judged:
         note += (f' (not judged below {MIN_ITERS_TO_JUDGE} iterations: '
                  f'{iters} here)')
@@ -255,13 +232,17 @@ def run_exact_resume(args, size, work_dir) -> dict:
             args, size, resumed_dir, iters, resume_from=middle, **options),
         args.device)
     barrier()  # (distributed: rank 0 has written the checkpoints)
-    a = checkpoint_tensors(osp.join(full_dir, f'iter_{iters}.pth'))
-    b = checkpoint_tensors(osp.join(resumed_dir, f'iter_{iters}.pth'))
-    diffs = {key: max_abs_difference(a[key], b[key]) for key in a if key in b}
-    loss_full = full['losses'][half:]
-    loss_resumed = resumed['losses'][-len(loss_full):]
+    a, b = (
+        checkpoint_tensors(osp.join(d, f'iter_{iters}.pth'))
+        for d in (full_dir, resumed_dir))
+    diffs = {
+        k: (a[k].double() -
+            b[k].double()).abs().max().item() if a[k].numel() else 0.
+        for k in a if k in b
+    }
+    loss_full = full['loss'][half:]
+    loss_resumed = resumed['loss'][-len(loss_full):]
     worst = sorted(diffs, key=diffs.get, reverse=True)[:5]
-    equal = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     return dict(
         iterations=iters,
         resumed_at=half,
@@ -271,14 +252,15 @@ def run_exact_resume(args, size, work_dir) -> dict:
         losses_after_resume=dict(full=loss_full, resumed=loss_resumed),
         checks=dict(
             same_tensors=a.keys() == b.keys(),
-            bitwise_equal=equal,
+            bitwise_equal=a.keys() == b.keys()
+            and all(torch.equal(a[k], b[k]) for k in a),
             same_losses_after_resume=loss_full == loss_resumed,
             queue_compared='model/queue.keys' in a))
 
 
 def run_benchmark(args, size, work_dir) -> dict:
-    """benchmark.py train: ours vs mmpretrain vs floor, AMP x channels_last.
-    """
+    """benchmark.py train (ours vs mmpretrain vs floor, AMP x
+    channels_last) and device-augment --decode; the decode repeated."""
     bench = benchmark_command('train')
     out, checks = {}, {}
     combos = [(a, c, False) for a, c in size['bench_combos']]
@@ -297,12 +279,9 @@ def run_benchmark(args, size, work_dir) -> dict:
             osp.join(work_dir, f'{name}.json'), '--breakdown',
             'on' if breakdown else 'off'
         ]
-        flags = torch_flags()
-        torch.backends.cudnn.benchmark = cudnn_benchmark
-        try:
+        with kept_torch_flags():
+            torch.backends.cudnn.benchmark = cudnn_benchmark
             result = bench.main(argv)
-        finally:
-            restore_torch_flags(flags)
         run = result['runs'][0]
         out[name] = dict(
             median_ms={
@@ -334,8 +313,7 @@ def run_benchmark(args, size, work_dir) -> dict:
 def decode_repeats(device: str, repeats: int = 3) -> dict:
     """The views of one batch of JPEGs decoded and cropped on ``device``
     ``repeats`` times, other work on the device's current stream in
-    between (it frees memory the next decode may be given): the same
-    views each time, and how far they are from the CPU decoder's."""
+    between: the same views each time, and how far from the CPU's."""
     from mocoplug.models.utils.batch_augments import decode_views
     bench = benchmark_command('device-augment')
     preprocessor, _ = bench.build_preprocessor(bench.V2_DECODE, device)
@@ -364,25 +342,26 @@ def decode_repeats(device: str, repeats: int = 3) -> dict:
 
 def run_knn(args, size, work_dir) -> dict:
     """benchmark.py knn at ImageNet size (toy size on a CPU)."""
-    knn = benchmark_command('knn')
-    argv = ['--device', args.device, '--json', osp.join(work_dir, 'knn.json')]
-    result = knn.main(size['knn'] + argv)
-    accuracy = result['sharded']['accuracy']
+    result = benchmark_command('knn').main(
+        size['knn'] +
+        ['--device', args.device, '--json',
+         osp.join(work_dir, 'knn.json')])
+    config = ('bank', 'queries', 'dim', 'bank_dtype', 'topk')
     return dict(
-        **{k: result[k]
-           for k in ('machine', 'features_mib')},
-        config={
-            k: result['config'][k]
-            for k in ('bank', 'queries', 'dim', 'bank_dtype', 'topk')
-        },
+        machine=result['machine'],
+        features_mib=result['features_mib'],
+        config={k: result['config'][k]
+                for k in config},
         sharded=result['sharded'],
         checks=dict(
-            accuracy_in_range=all(0 <= v <= 100 for v in accuracy.values())))
+            accuracy_in_range=all(
+                0 <= v <= 100
+                for v in result['sharded']['accuracy'].values())))
 
 
 def run_multi_gpu(args, size, work_dir) -> dict:
-    """The multi-process runs under torchrun (see the module docstring),
-    and the same MoCo v2 run in this process for the scaling."""
+    """The multi-process runs under torchrun (``dist_worker``), and the
+    same MoCo v2 run in this process for the scaling."""
     procs = torch.cuda.device_count() if args.device == 'cuda' else 2
     if procs < 2:
         return dict(skipped=f'{procs} GPU visible: needs 2 or more')
@@ -397,12 +376,7 @@ def run_multi_gpu(args, size, work_dir) -> dict:
     for option in ('batch', 'workers'):
         if getattr(args, option) is not None:
             cmd += [f'--{option}', str(getattr(args, option))]
-    proc = subprocess.run(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True)
+    proc = run_logged(cmd)
     paths = [osp.join(work_dir, f'rank{r}.json') for r in range(procs)]
     if proc.returncode or not all(osp.exists(p) for p in paths):
         raise RuntimeError(f'torchrun exited with {proc.returncode}:\n' +
@@ -414,13 +388,13 @@ def run_multi_gpu(args, size, work_dir) -> dict:
     one = train_figures(
         pretrain_cfg(args, size, osp.join(work_dir, 'one_process'), iters),
         args.device)
-    per_gpu = ranks[0]['runs']['mocov2_shuffle_bn']['images_per_s']
+    first = ranks[0]
+    per_gpu = first['runs']['mocov2_shuffle_bn']['images_per_s']
     checks = {
         f'{name}_loss_finite': all(r['runs'][name]['loss_finite']
                                    for r in ranks)
-        for name in ranks[0]['runs']
+        for name in first['runs']
     }
-    checks.update(ranks[0]['checks'])
     return dict(
         processes=procs,
         backend='nccl' if args.device == 'cuda' else 'gloo',
@@ -430,14 +404,14 @@ def run_multi_gpu(args, size, work_dir) -> dict:
                 k: v
                 for k, v in run.items() if k != 'losses'
             }
-            for name, run in ranks[0]['runs'].items()
+            for name, run in first['runs'].items()
         },
-        exact_resume=ranks[0]['exact_resume'],
-        knn=ranks[0]['knn'],
+        exact_resume=first['exact_resume'],
+        knn=first['knn'],
         images_per_s_per_gpu=per_gpu,
         images_per_s_one_gpu=one['images_per_s'],
         scaling=round(procs * per_gpu / one['images_per_s'], 2),
-        checks=checks)
+        checks=dict(checks, **first['checks']))
 
 
 def dist_worker(args) -> None:
@@ -471,9 +445,8 @@ def dist_worker(args) -> None:
 
 def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
     """The kNN of shards of random features (one per rank) against the kNN
-    of the whole sets in one process: a near-tie at the k-th neighbour
-    (float32 sums in another order) may change one query's vote, so the
-    accuracies may differ by one query (100 / queries)."""
+    of the whole sets in one process; the accuracies may differ by one
+    query (a near-tie at the k-th neighbour summed in another order)."""
     from mmengine.dist import get_dist_info
 
     from mocoplug.evaluation import (FeatureShard,
@@ -503,6 +476,17 @@ def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
             abs(sharded[k] - whole[k]) <= 100 / queries + 1e-6 for k in whole))
 
 
+def run_detection(args, size, work_dir) -> dict:
+    """benchmark.py detection-ops: a detector's training step and test pass
+    on the device, on the mmcv kernels mocoplug serves."""
+    result = benchmark_command('detection-ops').main(size['detection'] +
+                                                     ['--device', args.device])
+    result['checks'] = dict(
+        losses_finite=result['losses_finite'],
+        boxes_predicted=result['boxes_per_pass'] > 0)
+    return result
+
+
 # -------------------------------------------------------- runs from config
 
 
@@ -527,15 +511,14 @@ def pretrain_cfg(args,
     cfg.log_level = 'WARNING'
     cfg.experiment_name = (f'gpu_check-{osp.basename(work_dir)}-'
                            f'{os.getpid()}-{time.time_ns()}')
-    model = cfg.model
+    model, wrapper = cfg.model, cfg.optim_wrapper
     if 'shuffle_bn' in model and args.launcher == 'none':
         model.shuffle_bn = 'split'  # one process: BN over batch slices
         model.num_splits = size['num_splits']
-    if args.device == 'cpu':  # torch's SyncBN and AMP need a GPU
-        cfg.model = model = without_sync_bn(model)
-        if cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
-            cfg.optim_wrapper.pop('loss_scale', None)
-            cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
+    if args.device == 'cpu':  # torch's SyncBN needs a GPU
+        walk_dicts(
+            model, lambda n: n.get('type') == 'SyncBN' and n.update(
+                type='mocoplug.SplitBN', num_splits=1))
     model.channels_last = channels_last
     if model.backbone.depth != size['depth'] or 'width' in size:
         width = size.get('width', 64)
@@ -550,7 +533,9 @@ def pretrain_cfg(args,
         t for t in loader.dataset.pipeline
         if not t['type'].startswith('LoadImage')
     ]
-    set_crop_size(pipeline, size['crop'])
+    walk_dicts(
+        pipeline, lambda t: t.get('type') == 'RandomResizedCrop' and t.update(
+            scale=size['crop']))
     loader.dataset = dict(
         type='mocoplug.SyntheticImageDataset',
         num_images=iters * batch,
@@ -576,90 +561,71 @@ def pretrain_cfg(args,
     cfg.randomness = dict(seed=0, deterministic=deterministic)
     cfg.env_cfg.cudnn_benchmark = cudnn_benchmark
     if amp and args.device == 'cuda':  # what tools/train.py --amp sets
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.loss_scale = 'dynamic'
-    elif amp or bf16:
-        cfg.optim_wrapper.pop('loss_scale', None)
-        cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
+        wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic')
+    elif amp or bf16 or (args.device == 'cpu'
+                         and wrapper.get('type') == 'AmpOptimWrapper'):
+        wrapper.pop('loss_scale', None)  # (AMP needs a GPU)
+        wrapper.type = 'mocoplug.BF16OptimWrapper'
     if lr is not None:
-        cfg.optim_wrapper.optimizer.lr = lr
+        wrapper.optimizer.lr = lr
     if resume_from:
         cfg.resume, cfg.load_from = True, resume_from
     return cfg
 
 
-def without_sync_bn(node):
-    """A config with every ``SyncBN`` norm layer a plain BatchNorm of any
-    dimension (a ``SplitBN`` of one slice)."""
-    if isinstance(node, dict):
-        node = type(node)({k: without_sync_bn(v) for k, v in node.items()})
-        if node.get('type') == 'SyncBN':
-            node.update(type='mocoplug.SplitBN', num_splits=1)
-    elif isinstance(node, list):
-        node = [without_sync_bn(v) for v in node]
-    return node
-
-
-def set_crop_size(pipeline, crop: int) -> None:
-    """Every RandomResizedCrop in the pipeline (inside MultiView too)."""
-    for t in pipeline:
-        if t['type'] == 'RandomResizedCrop':
-            t['scale'] = crop
-        for inner in t.get('transforms', []):
-            set_crop_size(inner if isinstance(inner, list) else [inner], crop)
-
-
-def build_runner(cfg: Config):
-    """As mmpretrain's and mmdet's tools/train.py build it."""
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+@contextlib.contextmanager
+def kept_torch_flags():
+    """Restore the process-wide torch settings mmengine's Runner sets."""
+    cudnn = torch.backends.cudnn
+    flags = (torch.are_deterministic_algorithms_enabled(), cudnn.deterministic,
+             cudnn.benchmark)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(flags[0])
+        cudnn.deterministic, cudnn.benchmark = flags[1:]
+        gc.collect()
 
 
 def train_runner(cfg: Config, device: str) -> dict:
-    """Train; return the per-iteration losses and times and the peak
-    memory. Leaves the process's global torch settings as it found them."""
-    flags = torch_flags()
+    """Train (the runner built as mmpretrain's tools/train.py builds it);
+    return the per-iteration ``loss``, ``time`` and ``data_time``, the
+    ``iterations``, ``seconds`` and ``peak_mib``."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
     if device == 'cuda':
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    try:
-        runner = build_runner(cfg)
+    with kept_torch_flags():
+        runner = (
+            RUNNERS.build(cfg)
+            if 'runner_type' in cfg else Runner.from_cfg(cfg))
         runner.train()
         hub = runner.message_hub
-        losses = [float(v) for v in hub.get_scalar('train/loss').data[0]]
-        times = [float(v) for v in hub.get_scalar('train/time').data[0]]
-        data_times = [
-            float(v) for v in hub.get_scalar('train/data_time').data[0]
-        ]
-        iterations = runner.iter
+        out = {
+            k: [float(v) for v in hub.get_scalar(f'train/{k}').data[0]]
+            for k in ('loss', 'time', 'data_time')
+        }
+        out['iterations'] = runner.iter
         del runner
-    finally:
-        restore_torch_flags(flags)
-        gc.collect()
-    seconds = time.perf_counter() - start
+    out['seconds'] = time.perf_counter() - start
     if device == 'cuda':
-        peak = torch.cuda.max_memory_allocated() / 2**20
+        out['peak_mib'] = torch.cuda.max_memory_allocated() / 2**20
     else:
-        peak = peak_rss_mib()
-    return dict(
-        losses=losses,
-        times=times,
-        data_times=data_times,
-        iterations=iterations,
-        seconds=seconds,
-        peak_mib=peak)
+        import resource
+        out['peak_mib'] = resource.getrusage(
+            resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
 
 
 def train_figures(cfg: Config, device: str) -> dict:
+    """What the report keeps of a :func:`train_runner` run."""
     run = train_runner(cfg, device)
-    losses, times = run['losses'], run['times']
+    losses, times = run['loss'], run['time']
     window = max(1, len(losses) // 5)
-    steady = times[len(times) // 10 + 1:] or times  # after the warm-up
-    batch = cfg.train_dataloader.batch_size
+    warm = len(times) // 10 + 1  # the warm-up steps, left out
+    steady = times[warm:] or times
     return dict(
         iterations=run['iterations'],
         loss_first=round(statistics.mean(losses[:window]), 4),
@@ -670,10 +636,10 @@ def train_figures(cfg: Config, device: str) -> dict:
                 for i in range(len(losses) - window + 1)), 4),
         loss_finite=all(math.isfinite(v) for v in losses),
         losses=[round(v, 4) for v in losses],
-        images_per_s=round(batch / statistics.median(steady), 1),
+        images_per_s=round(
+            cfg.train_dataloader.batch_size / statistics.median(steady), 1),
         data_wait_share=round(
-            statistics.median(run['data_times'][len(times) // 10 + 1:]
-                              or run['data_times']) /
+            statistics.median(run['data_time'][warm:] or run['data_time']) /
             statistics.median(steady), 3),
         seconds=round(run['seconds'], 1),
         peak_memory_mib=round(run['peak_mib']),
@@ -681,38 +647,14 @@ def train_figures(cfg: Config, device: str) -> dict:
         if device == 'cuda' else 'process peak RSS')
 
 
-def torch_flags():
-    return (torch.are_deterministic_algorithms_enabled(),
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-
-
-def restore_torch_flags(flags) -> None:
-    """mmengine's Runner sets these for the whole process."""
-    torch.use_deterministic_algorithms(flags[0])
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = \
-        flags[1:]
-
-
-def max_abs_difference(a: torch.Tensor, b: torch.Tensor) -> float:
-    if not a.numel():
-        return 0.
-    return (a.double() - b.double()).abs().max().item()
-
-
 def checkpoint_tensors(path: str) -> Dict[str, torch.Tensor]:
     """Every tensor of a checkpoint's model and optimizer state."""
     ckpt = torch.load(path, map_location='cpu', weights_only=False)
     out = {f'model/{k}': v for k, v in ckpt['state_dict'].items()}
     for pid, state in ckpt['optimizer']['state'].items():
-        for name, value in state.items():
-            if torch.is_tensor(value):
-                out[f'optimizer/{pid}/{name}'] = value
+        out.update((f'optimizer/{pid}/{name}', value)
+                   for name, value in state.items() if torch.is_tensor(value))
     return out
-
-
-def peak_rss_mib() -> float:
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def benchmark_command(name: str):
@@ -751,34 +693,14 @@ def environment(args) -> dict:
     return env
 
 
-def run_detection(args, size, work_dir) -> dict:
-    """benchmark.py detection-ops: a detector's training step and test pass
-    on the device, on the mmcv kernels mocoplug serves."""
-    argv = size['detection'] + ['--device', args.device]
-    result = benchmark_command('detection-ops').main(argv)
-    result['checks'] = dict(
-        losses_finite=result['losses_finite'],
-        boxes_predicted=result['boxes_per_pass'] > 0)
-    return result
-
-
-RUNNERS = dict(
-    device_tests=run_device_tests,
-    train=run_train,
-    exact_resume=run_exact_resume,
-    benchmark=run_benchmark,
-    knn=run_knn,
-    multi_gpu=run_multi_gpu,
-    detection=run_detection)
-
-
-def run_step(name: str, fn: Callable, args, size, work_dir) -> dict:
+def run_step(name: str, args, size, work_dir) -> dict:
+    """Run the step ``run_{name}`` in its folder; its status and time."""
     print(f'\n=== {name} ===', flush=True)
     start = time.perf_counter()
     step_dir = osp.join(work_dir, name)
     os.makedirs(step_dir, exist_ok=True)
     try:
-        result = fn(args, size, step_dir)
+        result = globals()[f'run_{name}'](args, size, step_dir)
         failed = [k for k, ok in result.get('checks', {}).items() if not ok]
         result['status'] = 'failed' if failed else 'ok'
         if failed:
@@ -809,8 +731,7 @@ def main(argv=None) -> dict:
     print(f'gpu_check: {mode}; work dir {work_dir}', flush=True)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     for name in args.steps:
-        report['steps'][name] = run_step(name, RUNNERS[name], args, size,
-                                         work_dir)
+        report['steps'][name] = run_step(name, args, size, work_dir)
         report['ok'] = all(s['status'] == 'ok'
                            for s in report['steps'].values())
         # after every step: a run stopped by a time limit keeps the others
@@ -821,44 +742,38 @@ def main(argv=None) -> dict:
     return report
 
 
+# the table's figures of a step: a format of its report (of each run/row)
+SUMMARY = dict(
+    device_tests='{passed} passed, {failures} failed, {errors} errors, '
+    '{skipped} skipped',
+    train='{0}: loss {1[loss_first]:.2f}->{1[loss_last]:.2f}, '
+    '{1[images_per_s]:.0f} img/s, {1[peak_memory_mib]} MiB',
+    exact_resume='bitwise equal: {checks[bitwise_equal]} ({tensors} '
+    'tensors, resumed at {resumed_at}/{iterations})',
+    knn='{config[bank]} x {config[dim]} memory, {config[queries]} queries: '
+    '{sharded[seconds]:.1f} s, +{sharded[peak_extra_mib]:.0f} MiB',
+    multi_gpu='{processes} x {backend}: {images_per_s_per_gpu:.0f} img/s '
+    'per GPU, scaling {scaling:.2f} vs one',
+    detection='{step} ({kernels}) {median} ms')
+
+
 def summary(name: str, step: dict) -> str:
     """One line of figures per step."""
     if step['status'] == 'error':
         return step['error'].strip().splitlines()[-1][:100]
-    if name == 'device_tests':
-        return (f"{step['passed']} passed, {step['failures']} failed, "
-                f"{step['errors']} errors, {step['skipped']} skipped")
-    if name == 'train':
-        return '; '.join(
-            f"{run}: loss {r['loss_first']:.2f}->{r['loss_last']:.2f}, "
-            f"{r['images_per_s']:.0f} img/s, {r['peak_memory_mib']} MiB"
-            for run, r in step['runs'].items())
-    if name == 'exact_resume':
-        return (f"bitwise equal: {step['checks']['bitwise_equal']} "
-                f"({step['tensors']} tensors, resumed at "
-                f"{step['resumed_at']}/{step['iterations']})")
+    if 'skipped' in step and name == 'multi_gpu':
+        return f"skipped: {step['skipped']}"
     if name == 'benchmark':
-        runs = []
-        for run, r in step['runs'].items():
-            times = ', '.join(f'{i} {ms:.1f}'
-                              for i, ms in r['median_ms'].items())
-            runs.append(f'{run}: {times} ms')
-        return '; '.join(runs)
-    if name == 'knn':
-        s = step['sharded']
-        return (f"{step['config']['bank']} x {step['config']['dim']} memory, "
-                f"{step['config']['queries']} queries: {s['seconds']:.1f} s, "
-                f"+{s['peak_extra_mib']:.0f} MiB")
-    if name == 'multi_gpu':
-        if 'skipped' in step:
-            return f"skipped: {step['skipped']}"
-        return (f"{step['processes']} x {step['backend']}: "
-                f"{step['images_per_s_per_gpu']:.0f} img/s per GPU, "
-                f"scaling {step['scaling']:.2f} vs one")
+        return '; '.join(f'{run}: ' +
+                         ', '.join(f'{i} {ms:.1f}'
+                                   for i, ms in r['median_ms'].items()) + ' ms'
+                         for run, r in step['runs'].items())
+    if name == 'train':
+        return '; '.join(SUMMARY[name].format(*run)
+                         for run in step['runs'].items())
     if name == 'detection':
-        return '; '.join(f"{r['step']} ({r['kernels']}) {r['median']} ms"
-                         for r in step['rows'])
-    return ''
+        return '; '.join(SUMMARY[name].format(**r) for r in step['rows'])
+    return SUMMARY.get(name, '').format(**step)
 
 
 def print_table(report: dict, out: Callable = print) -> None:

@@ -1,23 +1,25 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Evaluate a trained model (a linear classifier, a detector) from its
 config and checkpoint, mmpretrain's tools/test.py conventions. What the
-config's values mean (``data_root=``, ``default_hooks.NAME=None``, CPU/gloo
-runs) is its runner's, ``mocoplug.MoCoRunner`` (see tools/train.py).
+config's values mean is its runner's (see tools/train.py).
 
 Example::
 
     python tools/test.py configs/benchmarks/CONFIG work_dirs/.../epoch_100.pth
 """
 import argparse
+import importlib.util
 import json
-import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
+from mmengine.config import Config
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
+
+_spec = importlib.util.spec_from_file_location(
+    'tools_train', osp.join(osp.dirname(osp.abspath(__file__)), 'train.py'))
+train = importlib.util.module_from_spec(_spec)  # its shared options
+_spec.loader.exec_module(train)
 
 
 def parse_args(argv=None):
@@ -28,21 +30,7 @@ def parse_args(argv=None):
         '--work-dir', help='the dir to save logs and the metrics file')
     parser.add_argument(
         '--out', help='also write the metrics to this JSON file')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of the config, key=value pairs')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    return train.parse_launch_args(parser, argv)
 
 
 def main(argv=None):
@@ -51,22 +39,14 @@ def main(argv=None):
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    train.set_work_dir(cfg, args)
     if cfg.get('test_dataloader') is None or cfg.get('test_evaluator') is None:
         raise ValueError(
             f'{args.config} has no test_dataloader/test_evaluator to test '
             'with; use an evaluation config from configs/benchmarks/ or '
             'configs/detection/')
     cfg.load_from = args.checkpoint
-    if 'runner_type' in cfg:  # mocoplug's configs: mocoplug.MoCoRunner
-        runner = RUNNERS.build(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
-    metrics = runner.test()
+    metrics = train.build_runner(cfg).test()
     if args.out:
         with open(args.out, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items()}, f, indent=2)

@@ -1,10 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Train a model from a config: MoCo pretraining, linear evaluation or a
-detector (mmpretrain's tools/train.py, with its flags).
-
-What a config's values mean (``pretrained=``, ``data_root=``,
-``default_hooks.NAME=None``, CPU/gloo runs, leaving the process group) is
-its runner's, ``mocoplug.MoCoRunner`` (named by ``runner_type``), so
+detector (mmpretrain's tools/train.py, with its flags). What a config's
+values mean is its runner's, ``mocoplug.MoCoRunner`` (``runner_type``), so
 mmpretrain's and mmdet's tools/train.py and ``mim train`` do the same.
 
 Examples::
@@ -18,7 +15,6 @@ Examples::
 import argparse
 import os
 import os.path as osp
-from copy import deepcopy
 
 from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.registry import RUNNERS
@@ -60,6 +56,14 @@ def parse_args(argv=None):
         '--no-persistent-workers',
         action='store_true',
         help='disable persistent_workers in the dataloaders')
+    return parse_launch_args(parser, argv)
+
+
+def parse_launch_args(parser: argparse.ArgumentParser,
+                      argv=None) -> argparse.Namespace:
+    """Add ``--cfg-options``, ``--launcher`` and ``--local-rank`` (as the
+    torch.distributed launchers pass it) to ``parser`` and parse ``argv``;
+    also the options of tools/test.py and analysis_tools/knn_eval.py."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -71,27 +75,35 @@ def parse_args(argv=None):
         choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none',
         help='job launcher')
-    # torch.distributed launchers pass --local-rank (torch >= 2.0)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
 
-def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
-    """Merge the command-line arguments into the config."""
-    if args.no_validate:
-        cfg.val_cfg = None
-        cfg.val_dataloader = None
-        cfg.val_evaluator = None
-    cfg.launcher = args.launcher
-    # work_dir: CLI > config > ./work_dirs/<config name>
+def set_work_dir(cfg: Config, args: argparse.Namespace) -> None:
+    """``cfg.work_dir``: ``--work-dir``, else the config's, else
+    ./work_dirs/<config name>."""
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
+
+
+def build_runner(cfg: Config) -> Runner:
+    """The config's ``runner_type`` (mocoplug.MoCoRunner), else Runner."""
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)
+
+
+def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
+    """Merge the command-line arguments into the config."""
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.launcher = args.launcher
+    set_work_dir(cfg, args)
     if args.amp:
         import torch
         if torch.cuda.is_available():
@@ -100,12 +112,9 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
         else:  # mmengine's AmpOptimWrapper needs a GPU: bfloat16 on CPU
             cfg.optim_wrapper.type = 'mocoplug.BF16OptimWrapper'
             cfg.optim_wrapper.pop('loss_scale', None)
-    if args.resume == 'auto':
+    if args.resume is not None:
         cfg.resume = True
-        cfg.load_from = None
-    elif args.resume is not None:
-        cfg.resume = True
-        cfg.load_from = args.resume
+        cfg.load_from = None if args.resume == 'auto' else args.resume
     if args.auto_scale_lr:
         if 'auto_scale_lr' not in cfg:
             raise ValueError('--auto-scale-lr needs `auto_scale_lr = dict('
@@ -113,11 +122,10 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
         cfg.auto_scale_lr.enable = True
 
     # mmpretrain's defaults; persistent workers only where there are workers
-    defaults = ConfigDict(pin_memory=True, persistent_workers=True)
     for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         if cfg.get(field, None) is None:
             continue
-        loader = deepcopy(defaults)
+        loader = ConfigDict(pin_memory=True, persistent_workers=True)
         loader.update(cfg[field])
         if args.no_pin_memory:
             loader.pin_memory = False
@@ -132,11 +140,7 @@ def merge_args(cfg: Config, args: argparse.Namespace) -> Config:
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = merge_args(Config.fromfile(args.config), args)
-    if 'runner_type' in cfg:  # mocoplug's configs: mocoplug.MoCoRunner
-        runner = RUNNERS.build(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
+    runner = build_runner(merge_args(Config.fromfile(args.config), args))
     runner.train()
     return runner
 

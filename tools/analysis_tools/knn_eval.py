@@ -10,25 +10,18 @@ configs/benchmarks/knn_*.py.
         configs/benchmarks/knn_r50_in1k.py CKPT
     torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \\
         --launcher pytorch
+    python tools/analysis_tools/knn_eval.py CONFIG CKPT --data-root FOLDER
 
-Your own labelled images (mmpretrain CustomDataset layout, one sub-folder
-per class) instead of the config's data, with the config's test pipeline:
-
-    python tools/analysis_tools/knn_eval.py \\
-        configs/benchmarks/knn_r50_in1k.py CKPT --data-root /path/to/folder
-
-With FOLDER/train/<class>/* and FOLDER/val/<class>/*, the train images are
-the memory and the val images the queries; a FOLDER/<class>/* tree without
-train/ and val/ is evaluated leave-one-out (every image is classified by
-its nearest other images).
+``--data-root``: your labelled folder (docs/user_guides/evaluation.md).
 """
 import argparse
+import importlib.util
 import json
 import os
 import os.path as osp
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.dist import get_rank, init_dist
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
@@ -40,17 +33,18 @@ from mocoplug.evaluation import (extract_feature_shard,
 from mocoplug.registry import MODELS
 from mocoplug.utils import fill_pretrained
 
+_spec = importlib.util.spec_from_file_location(
+    'tools_train',
+    osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'train.py'))
+train = importlib.util.module_from_spec(_spec)  # its shared options
+_spec.loader.exec_module(train)
 REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
 
 
 def use_labelled_folder(cfg: Config, root: str) -> bool:
     """Point the memory and query sets at a labelled folder (mmpretrain
-    ``CustomDataset``, keeping each loader's pipeline).
-
-    Returns:
-        bool: True when the folder has no train/ and val/ splits, so the
-        evaluation is leave-one-out over the whole folder.
-    """
+    ``CustomDataset``, keeping each loader's pipeline); True when it has no
+    train/ and val/ splits (leave-one-out over the whole folder)."""
     if not osp.isdir(root):
         raise SystemExit(f'--data-root {root!r} is not a folder')
     split = all(osp.isdir(osp.join(root, s)) for s in ('train', 'val'))
@@ -80,20 +74,7 @@ def parse_args(argv=None):
         'DIR/train/<class>/* as memory and DIR/val/<class>/* as queries, or '
         'DIR/<class>/* leave-one-out')
     parser.add_argument('--out', help='also write the figures to this JSON')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='override settings of the config, key=value pairs')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    return train.parse_launch_args(parser, argv)
 
 
 def main(argv=None):

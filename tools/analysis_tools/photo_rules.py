@@ -25,18 +25,15 @@ import time
 
 import torch
 from mmengine.config import Config
-from mmengine.dataset import default_collate
 from mmengine.registry import DefaultScope
 from mmengine.runner import set_random_seed
-from torch.utils.data import DataLoader
 
-from mocoplug.evaluation import extract_features, weighted_knn_accuracy
-from mocoplug.registry import DATASETS, MODELS
+from mocoplug.registry import MODELS
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from demo import KNN, PERTURBATION, ROOT  # noqa: E402 isort: skip
-from demo import estimate_bn_statistics, mean_spread  # noqa: E402 isort: skip
-from demo import pretrain  # noqa: E402 isort: skip
+from demo import KNN, ROOT, digits_loader, encode  # noqa: E402 isort: skip
+from demo import estimate_bn_statistics, knn_figures  # noqa: E402 isort: skip
+from demo import mean_spread, pretrain  # noqa: E402 isort: skip
 
 CONFIG = osp.join(ROOT, 'configs', 'mocov2',
                   'mocov2_smallconv4-w32_1xb64-coslr_photo-tiles.py')
@@ -59,27 +56,10 @@ def run_cfg(split: str, tiles: int, iters: int, encoders_from=None):
     return cfg
 
 
-def loader(split: str, perturbed: bool = False) -> DataLoader:
-    pipeline = ([PERTURBATION]
-                if perturbed else []) + [dict(type='PackInputs')]
-    return DataLoader(
-        DATASETS.build(
-            dict(type='PhotoTilesDataset', split=split, pipeline=pipeline)),
-        batch_size=256,
-        collate_fn=default_collate)
-
-
 def knn(model, feature_fn=None) -> dict:
-    bank, labels = extract_features(model, loader('memory'), feature_fn)
-    out = {}
-    for name, perturbed in (('clean', False), ('perturbed', True)):
-        feats, query_labels = extract_features(model,
-                                               loader('test',
-                                                      perturbed), feature_fn)
-        out[name] = weighted_knn_accuracy(
-            feats, query_labels, bank, labels, 12, (KNN['k'], ),
-            KNN['temperature'])[f'top1_k{KNN["k"]}']
-    return out
+    """The demo's kNN figures of the 12 photographs' tiles."""
+    return knn_figures(
+        encode(model, feature_fn, 'PhotoTilesDataset', 'memory'), 12)
 
 
 def main(argv=None):
@@ -128,7 +108,8 @@ def main(argv=None):
                     encoders_from=None,
                     data_preprocessor=cfg.data_preprocessor))
             model.init_weights()
-            estimate_bn_statistics(model, loader('memory'))
+            estimate_bn_statistics(
+                model, digits_loader('memory', dataset='PhotoTilesDataset'))
             rows['random init'].append(knn(model))
             if seed == args.seeds[0]:
                 rows['raw pixels'].append(knn(model, lambda x: x.flatten(1)))

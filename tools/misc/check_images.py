@@ -1,12 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """List the images of a folder that cannot be decoded, before training.
 
-Scans FOLDER recursively for the extensions mmpretrain's CustomDataset
-loads (the folder config's dataset), fully decodes every file in parallel
-with the decoder the training pipeline uses (mmcv.imfrombytes, cv2 by
-default, as LoadImageFromFile / CheckedLoadImageFromFile), and lists every
-file that cannot be read or decoded with the reason. Exit status: 0 if all
-decode, 1 if any does not, 2 on a usage error.
+Fully decodes, in parallel, every file under FOLDER with the extensions
+mmpretrain's CustomDataset loads, with the training pipeline's decoder
+(mmcv.imfrombytes), and lists those that fail with the reason. Exit
+status: 0 if all decode, 1 if any does not, 2 on a usage error.
 
 Examples::
 
@@ -29,9 +27,7 @@ from mocoplug.datasets.image_check import (IMAGE_EXTENSIONS, check_image,
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='List the images under a folder that cannot be decoded')
-    parser.add_argument(
-        'folder', help='folder of images (searched '
-        'recursively)')
+    parser.add_argument('folder', help='folder of images (recursive)')
     parser.add_argument(
         '--workers',
         type=int,

@@ -1,18 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Extract the query encoder's backbone from a MoCo checkpoint.
-
-Formats (--format):
-  mmpretrain   {'state_dict': {'backbone.*': ...}} for mmpretrain/mmdet
-               (init_cfg=dict(type='Pretrained', checkpoint=OUT,
-               prefix='backbone.')) and mocoplug's Pretrained initialiser.
-  torchvision  a plain torchvision ResNet state_dict (torch.load it into
-               torchvision.models.resnet50(); only `fc.*` stays missing).
-  detectron2   a .pkl in detectron2's naming (stem., res2-5, conv*.norm,
-               shortcut), as the official MoCo converter writes it.
-
-Works with mocoplug's, mmpretrain's and mmselfsup's MoCo checkpoints
-(`backbone.*`) and the official ones (`module.encoder_q.*`). The key
-encoder (`momentum_encoder.*`, `encoder_k.*`) is never exported.
+"""Extract the query encoder's backbone from a MoCo checkpoint
+(mocoplug's, mmpretrain's, mmselfsup's or the official one; never the key
+encoder), as ``--format`` mmpretrain (``{'state_dict': {'backbone.*'}}``,
+for ``init_cfg=dict(type='Pretrained', prefix='backbone.')``),
+torchvision (a plain ResNet state dict, ``fc.*`` missing) or detectron2
+(a .pkl named as the official MoCo converter writes it).
 
     python tools/model_converters/extract_backbone.py \\
         work_dirs/.../epoch_200.pth r50.pth
