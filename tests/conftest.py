@@ -1,7 +1,9 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+import ast
 import itertools
 import os
 
+import mmengine.config.config
 import pytest
 import torch
 
@@ -21,6 +23,19 @@ torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 _RUN_IDS = itertools.count()
 DEVICES = ('cpu', 'cuda')
+
+
+def _parse_only(text: str, **kwargs):
+    """mmengine's Config.pretty_text (every logged or dumped config) runs
+    yapf over the text: ~2 s per detection config on a 2-core CPU, 26 of the
+    59 s of the VOC transfer test. The tests keep its check that the text is
+    Python (yapf raised on a syntax error; so does ast.parse) and skip the
+    layout: the dumped config is the same Python."""
+    ast.parse(text)
+    return text, None
+
+
+mmengine.config.config.FormatCode = _parse_only
 
 
 def pytest_addoption(parser):

@@ -12,6 +12,15 @@ import pytest
 TOOLS = osp.join(osp.dirname(osp.dirname(osp.dirname(__file__))), 'tools')
 
 
+def worker_init_as_the_suite() -> None:
+    """The demo's worker set-up after the suite's (tests/conftest.py: no
+    yapf layout of the configs each run logs and dumps)."""
+    import demo_detection
+
+    import tests.conftest  # noqa: F401
+    demo_detection._worker_init()
+
+
 @pytest.fixture
 def demo(monkeypatch):
     # imported by name (not from a file path): the worker processes it
@@ -19,6 +28,8 @@ def demo(monkeypatch):
     monkeypatch.syspath_prepend(TOOLS)
     monkeypatch.delitem(sys.modules, 'demo_detection', raising=False)
     import demo_detection
+    monkeypatch.setattr(demo_detection, '_worker_init',
+                        worker_init_as_the_suite)
     return demo_detection
 
 

@@ -320,8 +320,16 @@ DIGITS = osp.join(
 @pytest.fixture(scope='module')
 def digits_runs(tmp_path_factory):
     """The digits demo's config for 2 epochs (38 iterations, queue 512:
-    the check at iteration 18), as it is (lr 0.005) and with lr 0."""
+    the check at iteration 18), as it is (lr 0.005) and with lr 0; each
+    stops after its first epoch (19 iterations), past the check."""
     from mmengine.config import Config
+    from mmengine.hooks import Hook
+
+    class StopAfterFirstEpoch(Hook):
+
+        def after_train_epoch(self, runner):
+            runner.train_loop.stop_training = True
+
     runs = {}
     for lr in (0.005, 0.0):
         cfg = Config.fromfile(DIGITS)
@@ -333,7 +341,9 @@ def digits_runs(tmp_path_factory):
         cfg.train_cfg.max_epochs = 2
         cfg.param_scheduler[0].update(T_max=2, end=2)
         runner = Runner.from_cfg(cfg)
+        runner.register_hook(StopAfterFirstEpoch())
         runner.train()
+        assert runner.iter == 19
         log = glob.glob(osp.join(cfg.work_dir, '*', '*.log'))[0]
         with open(log) as f:
             runs[lr] = runner, f.read()
