@@ -10,16 +10,14 @@ import torch
 
 def cuda_device_to_save() -> Optional[int]:
     """The CUDA device whose generator this process saves; None unless CUDA
-    is initialised here (nothing drawn, and reading would create a
-    context)."""
+    is initialised here (reading would create a context)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.cuda.current_device()
     return None
 
 
 def cuda_device_to_restore() -> Optional[int]:
-    """The CUDA device a saved generator is restored into (the current one),
-    or None without CUDA."""
+    """The current CUDA device (where a generator is restored), or None."""
     if torch.cuda.is_available():
         return torch.cuda.current_device()
     return None
@@ -54,21 +52,9 @@ def get_random_state() -> Dict[str, Any]:
         cuda=cuda)
 
 
-def _own_state_of_list(states: List[torch.Tensor],
-                       device: int) -> Optional[torch.Tensor]:
-    """This rank's generator in an older checkpoint's list of every visible
-    device's: the only entry, or the current device's when the list has
-    one per visible device; otherwise None (unknown)."""
-    if len(states) == 1:
-        return states[0]
-    if len(states) == torch.cuda.device_count() and device < len(states):
-        return states[device]
-    return None
-
-
 def set_random_state(state: Dict[str, Any]) -> List[str]:
-    """Restore a state captured by :func:`get_random_state` (or an older
-    one's list of generators), the CUDA one into the current device.
+    """Restore a state captured by :func:`get_random_state`, the CUDA one
+    into the current device.
 
     Args:
         state (dict): The captured state.
@@ -85,21 +71,12 @@ def set_random_state(state: Dict[str, Any]) -> List[str]:
          npy['has_gauss'], npy['cached_gaussian']))
     torch.set_rng_state(state['torch'].cpu())
     cuda = state.get('cuda')
-    if not cuda:  # None, or an older checkpoint's empty list
+    if cuda is None:
         return []
     device = cuda_device_to_restore()
-    saved_on = f'cuda:{cuda["device"]}' if isinstance(cuda, dict) else 'CUDA'
     if device is None:
-        return [f'the CUDA generator (saved on {saved_on}; no CUDA now)']
-    if isinstance(cuda, dict):
-        own = cuda['state']
-    else:
-        own = _own_state_of_list(cuda, device)
-        if own is None:
-            return [
-                f'the CUDA generator (an older checkpoint saved every '
-                f'visible device\'s, {len(cuda)}, without saying which was '
-                f'this rank\'s; {torch.cuda.device_count()} visible now)'
-            ]
-    torch.cuda.set_rng_state(own.cpu(), device)
+        return [
+            f'the CUDA generator (saved on cuda:{cuda["device"]}; no CUDA now)'
+        ]
+    torch.cuda.set_rng_state(cuda['state'].cpu(), device)
     return []

@@ -118,47 +118,6 @@ def test_restored_into_the_current_device_whatever_its_index(
                 torch.full((16, ), 10 * (i + 1), dtype=torch.uint8))
 
 
-def older_state(states):
-    """A state as written before the own-device format: a list of every
-    visible device's generator."""
-    state = get_random_state()
-    state['cuda'] = states
-    return weights_only_round_trip(state)
-
-
-def listed(count):
-    return [
-        torch.full((16, ), 100 + i, dtype=torch.uint8) for i in range(count)
-    ]
-
-
-def test_older_list_of_one_generator_is_the_ranks_own(monkeypatch):
-    state = older_state(listed(1))
-    cuda = FakeCuda(monkeypatch, count=4, current=3)
-    assert set_random_state(state) == []
-    assert cuda.written == [3]
-    assert torch.equal(cuda.generators[3], listed(1)[0])
-
-
-def test_older_list_of_every_device_gives_the_current_ones(monkeypatch):
-    state = older_state(listed(4))
-    cuda = FakeCuda(monkeypatch, count=4, current=1)
-    assert set_random_state(state) == []
-    assert cuda.written == [1]
-    assert torch.equal(cuda.generators[1], listed(4)[1])
-
-
-def test_older_list_of_another_device_count_is_reported(monkeypatch):
-    state = older_state(listed(3))
-    cuda = FakeCuda(monkeypatch, count=2, current=1)
-    assert set_random_state(state) == [
-        'the CUDA generator (an older checkpoint saved every visible '
-        'device\'s, 3, without saying which was this rank\'s; 2 visible '
-        'now)'
-    ]
-    assert cuda.written == []
-
-
 def test_cuda_state_without_cuda_is_reported(monkeypatch):
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     state = get_random_state()
@@ -168,7 +127,3 @@ def test_cuda_state_without_cuda_is_reported(monkeypatch):
         'the CUDA generator (saved on cuda:3; no CUDA now)'
     ]
     assert draw() == first  # the CPU generators were still restored
-    state['cuda'] = listed(2)
-    assert set_random_state(state) == [
-        'the CUDA generator (saved on CUDA; no CUDA now)'
-    ]

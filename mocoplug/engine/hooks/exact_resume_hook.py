@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Make ``--resume`` continue bit-identically to an uninterrupted run.
-
-mmengine 0.10.7 does not restore the random streams; this hook snapshots
-them at an epoch end (or a checkpointed iteration) and applies the snapshot
-in both runs just before the next batch is loaded or the next step runs.
-Why and under which settings: docs/design_notes.md#exact-resume.
-"""
+"""Make ``--resume`` continue bit-identically to an uninterrupted run
+(docs/design_notes.md#exact-resume)."""
 import os
 import platform
 from typing import Any, Dict, Iterator, List, Optional
@@ -24,7 +19,7 @@ from ..random_state import get_random_state, set_random_state
 from .runner_info import checkpoint_due
 
 STATE_KEY = 'resume_state'
-STATE_VERSION = 2  # 2: with the kernel settings
+STATE_VERSION = 2
 NOT_EXACT = ('the continuation will not be bit-identical to an '
              'uninterrupted run')
 # what to change when a kernel setting differs at resume
@@ -54,11 +49,7 @@ def cpu_model() -> str:
 
 def kernel_settings() -> Dict[str, Any]:
     """What, besides their inputs, decides how this process's kernels round
-    (docs/design_notes.md#exact-resume).
-
-    Returns:
-        dict: strings, ints and bools only (``weights_only`` loadable).
-    """
+    (strings, ints and bools: ``weights_only`` loadable)."""
     settings = dict(
         torch=str(torch.__version__),
         threads=torch.get_num_threads(),
@@ -87,25 +78,20 @@ def _loop_kind(loop) -> str:
     return 'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other'
 
 
-class _ApplyBeforeNext:
+def _apply_before_next(iterator: Iterator, hook: 'ExactResumeHook',
+                       skip: int) -> Iterator:
     """IterBasedTrainLoop's dataloader iterator, applying the pending
     snapshot before each batch after the ``skip`` replayed ones."""
-
-    def __init__(self, iterator: Iterator, hook: 'ExactResumeHook',
-                 skip: int) -> None:
-        self.iterator = iterator
-        self.hook = hook
-        self.skip = skip
-
-    def __iter__(self) -> '_ApplyBeforeNext':
-        return self
-
-    def __next__(self) -> Any:
-        if self.skip > 0:
-            self.skip -= 1
+    while True:
+        if skip > 0:
+            skip -= 1
         else:
-            self.hook.apply_pending()
-        return next(self.iterator)
+            hook.apply_pending()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        yield batch
 
 
 @HOOKS.register_module()
@@ -113,11 +99,10 @@ class ExactResumeHook(Hook):
     """Save the random state in checkpoints and restore it on resume so the
     continuation is bit-identical to an uninterrupted run.
 
-    The checkpoint gets a ``resume_state`` entry (``weights_only``
-    loadable): every rank's :func:`get_random_state`, the sampler seed,
-    loop kind, ``num_workers``, world size and :func:`kernel_settings`. On
-    resume a checkpoint whose model tensors do not fit the model is refused
-    (:mod:`mocoplug.utils.resume_fit`); then the log says whether the
+    The checkpoint gets a ``resume_state`` entry: every rank's
+    :func:`get_random_state`, the sampler seed, loop kind, ``num_workers``,
+    world size and :func:`kernel_settings`. On resume a checkpoint whose
+    model tensors do not fit is refused; then the log says whether the
     continuation is bit-identical, or warns with each difference and its
     fix.
     """
@@ -178,7 +163,7 @@ class ExactResumeHook(Hook):
             self.apply_pending()  # the epoch's first batch is loaded next
         elif self._mode == 'iter':
             loop = runner.train_loop
-            loop.dataloader_iterator = _ApplyBeforeNext(
+            loop.dataloader_iterator = _apply_before_next(
                 loop.dataloader_iterator, self, skip=runner.iter)
 
     def before_train_iter(self,
@@ -246,17 +231,12 @@ class ExactResumeHook(Hook):
         state = checkpoint[STATE_KEY]
         self._pending = state['ranks'][get_rank()]
         self._snapshot = None
-        kernels = state.get('kernels')
+        kernels = ', '.join(f'{k} {v}' for k, v in state['kernels'].items())
         print_log(
             f'ExactResumeHook: resuming at epoch {state["epoch"]}, iteration '
             f'{state["iter"]} with the random streams, data order, process '
-            'and worker counts of the checkpoint' +
-            (' and its kernel settings (' +
-             ', '.join(f'{k} {v}' for k, v in kernels.items()) +
-             '): the continuation is bit-identical to an uninterrupted run'
-             if kernels else
-             '; it records no kernel settings (older mocoplug): bit-identical '
-             'only under the torch, thread count and CPU that wrote it'),
+            f'and worker counts and kernel settings ({kernels}) of the '
+            'checkpoint: the continuation is bit-identical',
             logger='current')
 
     def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
@@ -266,9 +246,7 @@ class ExactResumeHook(Hook):
         if state is None:
             return [
                 'the checkpoint carries no random state (written without '
-                'ExactResumeHook, e.g. by an older mocoplug): the model, '
-                'queue, optimizer and schedulers are restored, the random '
-                'streams (augmentations, key shuffle) are not'
+                'ExactResumeHook): the random streams are not restored'
             ]
         loop = runner.train_loop
         problems = []
@@ -282,8 +260,7 @@ class ExactResumeHook(Hook):
                             f'-based loop, this run is {mode}-based')
         if not state['exact']:
             problems.append(
-                'the checkpoint was not taken at an epoch end (mmengine '
-                'restarts an interrupted epoch from its first batch; use '
+                'the checkpoint was not taken at an epoch end (use '
                 'IterBasedTrainLoop for mid-epoch checkpoints) or not all '
                 'ranks\' states were gathered')
         if state['world_size'] != get_world_size():
@@ -304,14 +281,11 @@ class ExactResumeHook(Hook):
                     f'the sampler seed {sampler.seed} differs from the '
                     f'checkpoint\'s {saved_seed} (set randomness.seed='
                     f'{saved_seed})')
-        saved = state.get('kernels')
-        if saved:
-            now = kernel_settings()
-            for key in sorted(set(saved) | set(now)):
-                if saved.get(key) != now.get(key):
-                    problems.append(
-                        f'the kernel setting {key} was {saved.get(key)!r} '
-                        f'when the checkpoint was written and is '
-                        f'{now.get(key)!r} now, so float sums round '
-                        f'differently ({KERNEL_FIXES.get(key, "")})')
+        saved, now = state['kernels'], kernel_settings()
+        for key in sorted(set(saved) | set(now)):
+            if saved.get(key) != now.get(key):
+                problems.append(
+                    f'the kernel setting {key} was {saved.get(key)!r} when '
+                    f'the checkpoint was written and is {now.get(key)!r} '
+                    f'now ({KERNEL_FIXES.get(key, "")})')
         return problems

@@ -14,26 +14,21 @@ from mocoplug.registry import HOOKS
 class KNNMonitorHook(Hook):
     """Evaluate weighted kNN top-1 of the backbone during pretraining.
 
-    Every ``interval`` epochs (or iterations) each query image is classified
-    by the weighted vote of its k nearest memory features (`Wu et al., CVPR
+    The weighted vote of the k nearest memory features (`Wu et al., CVPR
     2018 <https://arxiv.org/abs/1805.01978>`_, the monitor of `MoCo
-    <https://arxiv.org/abs/1911.05722>`_'s ablations); the accuracies (%)
-    are logged and written to the visualizer as ``knn/top1_k{k}``. Each
-    rank keeps its share of the features
-    (:func:`~mocoplug.evaluation.sharded_weighted_knn_accuracy`).
+    <https://arxiv.org/abs/1911.05722>`_'s ablations), logged as
+    ``knn/top1_k{k}`` (%); each rank keeps its share of the features.
 
     Args:
-        memory_dataloader (dict | DataLoader): Labelled images whose
-            features vote (e.g. the train split, with the val pipeline).
-        query_dataloader (dict | DataLoader): Labelled images to classify
-            (e.g. the val split).
+        memory_dataloader (dict | DataLoader): Labelled images that vote.
+        query_dataloader (dict | DataLoader): Labelled images to classify.
         interval (int): Evaluate every ``interval`` epochs/iterations, and
-            after the last one. Defaults to 1.
-        by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
-        topk (Sequence[int]): Numbers of neighbours. Defaults to (20, 200).
-        temperature (float): Vote temperature. Defaults to 0.07.
-        num_classes (int, optional): Number of classes; by default the
-            length of the memory dataset's ``metainfo['classes']``.
+            after the last one.
+        by_epoch (bool): Count ``interval`` in epochs.
+        topk (Sequence[int]): Numbers of neighbours.
+        temperature (float): Vote temperature.
+        num_classes (int, optional): By default the memory dataset's
+            number of ``metainfo['classes']``.
     """
 
     priority = 'LOW'  # after the optimizer step and the momentum update
@@ -74,8 +69,7 @@ class KNNMonitorHook(Hook):
             self.num_classes = len(classes)
 
     def evaluate(self, runner: Runner, step: int) -> None:
-        """Run the kNN evaluation now and log it at ``step`` (the number of
-        finished training iterations)."""
+        """Evaluate now; log at ``step`` (finished training iterations)."""
         bank = extract_feature_shard(runner.model, self.memory_dataloader)
         query = extract_feature_shard(runner.model, self.query_dataloader)
         metrics = self.last_metrics = sharded_weighted_knn_accuracy(

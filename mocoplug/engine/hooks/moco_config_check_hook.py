@@ -87,10 +87,9 @@ def gathers(model: nn.Module) -> List[str]:
 
 def check_equal_batches(model: nn.Module, loader: DataLoader,
                         world_size: int) -> None:
-    """Several processes whose batches the model gathers (unequal ones would
-    hang NCCL) must hold equal batches at every step: only
-    ``DefaultSampler`` (``round_up=True``), ``InfiniteSampler`` and
-    ``RepeatAugSampler`` under a plain ``BatchSampler`` are accepted."""
+    """Processes whose batches the model gathers need equal batches (unequal
+    ones hang NCCL): only a plain ``BatchSampler`` over ``DefaultSampler``
+    (``round_up=True``), ``InfiniteSampler`` or ``RepeatAugSampler``."""
     if world_size <= 1:
         return
     reasons = gathers(model)
@@ -139,10 +138,9 @@ def iter_transforms(obj, depth: int = 0) -> Iterator:
 
 
 def check_sample_idx(model: nn.Module, dataset) -> None:
-    """``exclude_same_instance=True`` needs a unique ``sample_idx`` per image:
-    refuse a concatenation of datasets, a dataset not derived from
-    ``BaseDataset`` and a ``PackInputs`` without ``'sample_idx'``; without
-    a ``PackInputs`` the model checks every batch."""
+    """``exclude_same_instance=True`` needs a unique ``sample_idx`` per image
+    (refuses a ``ConcatDataset``, a non-``BaseDataset`` and a
+    ``PackInputs`` without it)."""
     queue = getattr(model, 'queue', None)
     if not getattr(queue, 'exclude_same_instance', False):
         return
@@ -167,9 +165,8 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
     ]
     if not packs:
         print_log(
-            f"{EXCLUDE}: the pipeline has no mmpretrain PackInputs, so "
-            "whether its data samples keep 'sample_idx' is checked at the "
-            'first training step.',
+            f"{EXCLUDE}: no PackInputs; 'sample_idx' is checked at the first "
+            'training step.',
             logger='current')
     for pack in packs:
         if 'sample_idx' not in pack.meta_keys:
@@ -182,8 +179,8 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
 
 
 def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
-    """Warn about MoCo v3's BatchNorm layers that are not SyncBN on several
-    GPUs (the paper's code uses SyncBN everywhere). Returns their names."""
+    """Warn about (and return the names of) MoCo v3's BatchNorm layers that
+    are not SyncBN on several GPUs."""
     if type(model).__name__ != 'MoCoV3' or world_size <= 1:
         return []
     plain = [
@@ -197,11 +194,9 @@ def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
         print_log(
             f'MoCoV3 trains on {world_size} GPUs/processes with '
             f'{len(plain)} BatchNorm layers that are not synchronised '
-            f'({shown}): each normalises over its own GPU\'s images only, '
-            'while MoCo v3 uses SyncBN everywhere (the shipped configs set '
+            f'({shown}), while MoCo v3 uses SyncBN everywhere: set '
             "norm_cfg=dict(type='SyncBN') in the backbone, neck and "
-            "predictor). Set that, or sync_bn='torch' in the config to "
-            'convert every BatchNorm.',
+            "predictor, or sync_bn='torch'.",
             logger='current',
             level=logging.WARNING)
     return plain
@@ -226,10 +221,8 @@ def warn_dataset_size(model: nn.Module,
                       num_images: int,
                       max_iters: int,
                       schedule: Optional[str] = None) -> List[str]:
-    """Log the images, iterations, queue keys per image, ``schedule`` and
-    where the encoders start; warn when the queue holds more than
-    ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image (unless
-    ``exclude_same_instance``). Returns the warnings."""
+    """Log the run's facts; warn (and return the warnings) when the queue
+    holds more than ``MAX_QUEUE_KEYS_PER_IMAGE`` keys of every image."""
     facts = [f'{num_images} training images', f'{max_iters} iterations']
     warnings = []
     queue = getattr(model, 'queue', None)
@@ -257,13 +250,8 @@ def warn_dataset_size(model: nn.Module,
 
 @HOOKS.register_module()
 class MoCoConfigCheckHook(Hook):
-    """Check a MoCo training setup before the first batch is loaded.
-
-    In ``before_train``, with errors naming the field and the fix: the
-    functions of this module (equal batches, ``num_splits``,
-    ``sample_idx``, SyncBN, ``MomentumUpdateHook``, the queue against the
-    number of images). Other models are left alone.
-    """
+    """Check a MoCo training setup with this module's functions before the
+    first batch is loaded; other models are left alone."""
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train
 

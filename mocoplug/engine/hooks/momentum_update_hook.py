@@ -16,36 +16,22 @@ SCHEDULES = ('constant', 'cosine')
 class MomentumUpdateHook(Hook):
     r"""Update momentum (key) encoders after every optimizer step.
 
-    For every (online, momentum) module pair the model declares in
-    ``momentum_pairs()``, each momentum parameter becomes
-
-    .. math::
-        \theta_k \leftarrow m \theta_k + (1 - m) \theta_q
-
-    with **m the paper's momentum** (`MoCo
-    <https://arxiv.org/abs/1911.05722>`_, Sec. 3.2): ``momentum=0.999``
-    keeps 99.9% of the key encoder; values below 0.5 (mmpretrain's and
-    mmengine's EMA convention) are refused.
-
-    Schedules: ``'constant'`` (MoCo v1/v2), or ``'cosine'`` from
-    ``momentum`` to ``end_momentum`` as in `MoCo v3
+    For every (online, momentum) pair of ``momentum_pairs()``,
+    :math:`\theta_k \leftarrow m \theta_k + (1 - m) \theta_q` with m the
+    paper's momentum (`MoCo <https://arxiv.org/abs/1911.05722>`_, Sec.
+    3.2); values below 0.5 (mmpretrain's EMA convention) are refused.
+    ``'cosine'`` goes from ``momentum`` to ``end_momentum`` as in `MoCo v3
     <https://arxiv.org/abs/2104.02057>`_:
-    :math:`m_t = m_{end} - (m_{end} - m_0)(\cos(\pi t / T) + 1) / 2`, with
-    T ``runner.max_iters`` and t = i + 1 after iteration i (as the official
-    code, whose update starts iteration t).
-
-    Only parameters are averaged, once per real optimizer step
-    (docs/design_notes.md, "The momentum update"); ``num_updates`` counts
-    the updates. Outside a Runner, call :meth:`attach` once and
-    :meth:`update` after every optimizer step.
+    :math:`m_t = m_{end} - (m_{end} - m_0)(\cos(\pi t / T) + 1) / 2`, T
+    ``runner.max_iters``, t = i + 1 after iteration i. Parameters only, once
+    per real optimizer step (docs/design_notes.md, "The momentum update").
+    Outside a Runner, call :meth:`attach` once and :meth:`update` after
+    every optimizer step.
 
     Args:
-        momentum (float): m, or m_0 for the cosine schedule. Defaults to
-            0.999.
-        schedule (str): ``'constant'`` or ``'cosine'``. Defaults to
-            ``'constant'``.
-        end_momentum (float): Final m of the cosine schedule. Defaults to
-            1.0.
+        momentum (float): m, or m_0 for the cosine schedule.
+        schedule (str): ``'constant'`` (MoCo v1/v2) or ``'cosine'``.
+        end_momentum (float): Final m of the cosine schedule.
     """
 
     priority = 'NORMAL'  # before CheckpointHook (VERY_LOW) saves the step
@@ -62,9 +48,8 @@ class MomentumUpdateHook(Hook):
             if value < 0.5:
                 raise ValueError(
                     f'MomentumUpdateHook: {name}={value} looks like '
-                    "mmpretrain's convention (the weight of the online "
-                    "encoder). mocoplug uses the paper's m, the share of the "
-                    f'key encoder that is kept: use {name}={1 - value:g}.')
+                    "mmpretrain's convention; mocoplug uses the paper's m: "
+                    f'use {name}={1 - value:g}.')
             if value > 1.0:
                 raise ValueError(
                     f'MomentumUpdateHook: {name}={value} must be <= 1.')
@@ -93,9 +78,7 @@ class MomentumUpdateHook(Hook):
         if not callable(getattr(model, 'momentum_pairs', None)):
             raise TypeError(
                 f'MomentumUpdateHook: {type(model).__name__} declares no '
-                'momentum_pairs(); the hook only works with models that '
-                'have a momentum encoder (MoCo, MoCoV3). Remove it from '
-                'custom_hooks or use such a model.')
+                'momentum_pairs(); remove the hook from custom_hooks.')
         online, target = [], []
         for online_module, momentum_module in model.momentum_pairs():
             src = list(online_module.parameters())
@@ -135,8 +118,7 @@ class MomentumUpdateHook(Hook):
 
 
 def _optimizer_stepped(optim_wrapper) -> bool:
-    """Whether the last ``update_params`` stepped the optimizer (not when
-    accumulating gradients)."""
+    """Whether the last ``update_params`` stepped (not accumulating)."""
     wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
     if wrappers is not None:  # OptimWrapperDict
         return any(_optimizer_stepped(w) for w in wrappers.values())

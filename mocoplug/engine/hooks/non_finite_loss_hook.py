@@ -10,14 +10,10 @@ from mmpretrain.utils import get_ori_model
 from mocoplug.registry import HOOKS
 from .runner_info import checkpoint_due, current_lrs
 
-ADVICE = (
-    'What to try: a lower learning rate (optim_wrapper.optimizer.lr); a '
-    'warm-up (a LinearLR param_scheduler over the first epochs, as the MoCo '
-    'v3 configs have); gradient clipping (optim_wrapper.clip_grad='
-    'dict(max_norm=...)); under AMP a dynamic loss scale '
-    "(optim_wrapper.loss_scale='dynamic') or bfloat16 "
-    "(optim_wrapper.dtype='bfloat16'). Then resume from the last finite "
-    'checkpoint with --resume PATH, or start again.')
+ADVICE = ('What to try: a lower learning rate; a warm-up (LinearLR); '
+          'optim_wrapper.clip_grad=dict(max_norm=...); under AMP '
+          "optim_wrapper.loss_scale='dynamic' or dtype='bfloat16'. Then "
+          '--resume PATH from the last finite checkpoint, or start again.')
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -26,15 +22,14 @@ class NonFiniteLossError(FloatingPointError):
 
 @HOOKS.register_module()
 class NonFiniteLossHook(Hook):
-    """Stop training at the first iteration whose loss is NaN or infinite,
-    and never let a checkpoint of non-finite weights be written.
-
-    The error names the iteration, the last finite loss, the lr, the latest
-    checkpoint and what to try. Design: docs/design_notes.md#non-finite-loss.
+    """Stop training at the first non-finite loss, naming the iteration, the
+    last finite loss, the lr, the latest checkpoint and what to try; never
+    write a checkpoint of non-finite weights
+    (docs/design_notes.md#non-finite-loss).
 
     Args:
-        check_weights_before_save (bool): Whether to check the model state
-            for non-finite values before each checkpoint. Defaults to True.
+        check_weights_before_save (bool): Check the model state before
+            each checkpoint.
     """
 
     priority = 'HIGH'  # after RuntimeInfoHook, before CheckpointHook
@@ -100,8 +95,7 @@ class NonFiniteLossHook(Hook):
             last = 'no finite loss was logged before (it diverged at once)'
         else:
             last = (f'the last finite loss was {self.last_finite_loss:.6g} '
-                    f'at iteration {self.last_finite_iter} (its own value, '
-                    "not the log's running mean)")
+                    f'at iteration {self.last_finite_iter}')
         lr = current_lrs(runner) or 'lr unknown'
         return (f'NonFiniteLossHook: training diverged: {terms} at {where}; '
                 f'{last}; {lr}. The run is stopped before any checkpoint of '
@@ -110,8 +104,7 @@ class NonFiniteLossHook(Hook):
 
     @staticmethod
     def _where(runner: Runner, batch_idx: Optional[int] = None) -> str:
-        """'iteration N' (1-based), with the epoch and batch in an
-        epoch-based loop."""
+        """'iteration N' (1-based), with epoch and batch in an epoch loop."""
         where = f'iteration {runner.iter + 1}'
         if batch_idx is not None and \
                 type(runner.train_loop).__name__ != 'IterBasedTrainLoop':
@@ -155,8 +148,6 @@ class NonFiniteLossHook(Hook):
             raise NonFiniteLossError(
                 f'NonFiniteLossHook: the model holds non-finite values '
                 f'after {where} ({shown}) although the logged loss was '
-                f'finite{loss}, e.g. the gradients overflowed; '
-                f'{current_lrs(runner) or "lr unknown"}. The run is stopped '
-                'before the '
-                f'checkpoint is written; {self._latest_checkpoint(runner)}. '
-                f'{ADVICE}')
+                f'finite{loss}; {current_lrs(runner) or "lr unknown"}. '
+                'The run is stopped before the checkpoint is written; '
+                f'{self._latest_checkpoint(runner)}. {ADVICE}')

@@ -15,14 +15,9 @@ from mocoplug.registry import HOOKS
 
 @HOOKS.register_module()
 class QueueRefillHook(Hook):
-    """Fill MoCo's queue with keys of this data before the first training
-    step of a run whose encoders start from released weights
-    (``model.encoders_from``), so that no random initial key is a negative.
-
-    The key encoder encodes ceil(K / total batch) batches, enqueued without
-    a training step. Nothing happens from scratch, without a queue, or on
-    ``--resume``.
-    """
+    """Fill MoCo's queue with keys of ceil(K / total batch) batches of this
+    data before the first step of a run whose encoders start from released
+    weights (``model.encoders_from``); not from scratch, nor on resume."""
 
     priority = 'LOW'
 
@@ -46,7 +41,5 @@ class QueueRefillHook(Hook):
             model.queue.enqueue(model.encode_keys(im_k), ids)
         print_log(
             f'QueueRefillHook: the queue ({model.queue.size} keys) filled '
-            f'with keys of {batches} batches of this data, encoded by the key '
-            f'encoder loaded from {model.encoders_from}, before the first '
-            'step',
+            f'with keys of {batches} batches of this data',
             logger='current')

@@ -30,43 +30,32 @@ class NotLearningError(RuntimeError):
 
 @HOOKS.register_module()
 class RepresentationHealthHook(Hook):
-    r"""Log how healthy the contrastive embedding is, and warn on collapse.
+    r"""Log how healthy the contrastive embedding is, and warn on collapse
+    or on a run that does not learn.
 
-    On checked iterations a forward hook on the loss head sees the queries,
-    positive keys and negatives the loss used, and the figures of this
-    process's batch go to the message hub as ``train/health/*``
-    (``HEALTH_SCALARS``, defined in docs/user_guides/pretraining.md):
-    ``std`` / ``std_norm`` (`Chen & He 2021
-    <https://arxiv.org/abs/2011.10566>`_), ``alignment`` / ``uniformity``
-    (`Wang & Isola, ICML 2020 <https://arxiv.org/abs/2005.10242>`_),
-    ``pos_sim`` / ``neg_sim``, ``key_query_dist`` and ``queue_age``. When
-    ``std_norm`` stays below ``collapse_ratio`` for ``patience`` checks in
-    a row, it warns once with the likely causes. Models without a momentum
-    encoder are left alone.
-
-    Not learning: once, at ``not_learning_at`` of the run (and at least two
-    windows of ``max(5, iterations / 20)`` steps after the queue filled with
-    keys of this data), a mean loss of the last window above ``ln(K + 1) -
-    not_learning_margin``, or positives no closer than negatives on average,
-    is warned about with the likely causes (``on_not_learning='stop'``
-    raises :class:`NotLearningError`). Why: docs/design_notes.md, "Not
-    learning".
+    On checked iterations the figures of the loss head's inputs go to the
+    message hub as ``train/health/*`` (``HEALTH_SCALARS``, defined in
+    docs/user_guides/pretraining.md): ``std`` / ``std_norm`` (`Chen & He
+    2021 <https://arxiv.org/abs/2011.10566>`_), ``alignment`` /
+    ``uniformity`` (`Wang & Isola, ICML 2020
+    <https://arxiv.org/abs/2005.10242>`_), ``pos_sim`` / ``neg_sim``,
+    ``key_query_dist`` and ``queue_age``. Collapse (``std_norm`` below
+    ``collapse_ratio`` for ``patience`` checks) and not learning (checked
+    once, docs/design_notes.md, "Not learning") are warned about with the
+    likely causes. Models without a momentum encoder are left alone.
 
     Args:
         interval (int, optional): Check every ``interval`` iterations, a
-            multiple of the LoggerHook's interval. Defaults to the
-            LoggerHook's interval, or 50 without one.
+            multiple of the LoggerHook's; None: the LoggerHook's, or 50.
         collapse_ratio (float): Collapse threshold on ``std * sqrt(d)``.
-            Defaults to 0.2.
-        patience (int): Consecutive low checks before warning. Defaults
-            to 3.
-        uniformity_t (float): t of the uniformity. Defaults to 2.
+        patience (int): Consecutive low checks before warning.
+        uniformity_t (float): t of the uniformity.
         not_learning_at (float): Fraction of the run at which to check
-            that it learns; 0 disables the check. Defaults to 0.2.
+            that it learns; 0 disables the check.
         not_learning_margin (float): How far below ln(K + 1) (nats) the
-            loss must be by then. Defaults to 0.25.
-        on_not_learning (str): ``'warn'`` or ``'stop'``. Defaults to
-            ``'warn'``.
+            loss must be by then.
+        on_not_learning (str): ``'warn'`` or ``'stop'`` (raises
+            :class:`NotLearningError`).
     """
 
     priority = 'NORMAL'  # before LoggerHook (BELOW_NORMAL) prints the hub
@@ -87,9 +76,8 @@ class RepresentationHealthHook(Hook):
             raise ValueError('RepresentationHealthHook: patience must be '
                              f'>= 1, got {patience}')
         if not 0 < collapse_ratio < 1:
-            raise ValueError('RepresentationHealthHook: collapse_ratio (a '
-                             'fraction of the healthy 1/sqrt(d)) must be in '
-                             f'(0, 1), got {collapse_ratio}')
+            raise ValueError('RepresentationHealthHook: collapse_ratio '
+                             f'must be in (0, 1), got {collapse_ratio}')
         if on_not_learning not in ('warn', 'stop'):
             raise ValueError('RepresentationHealthHook: on_not_learning must '
                              f"be 'warn' or 'stop', got {on_not_learning!r}")
@@ -136,10 +124,8 @@ class RepresentationHealthHook(Hook):
         elif log_interval and self.interval % log_interval:
             raise ValueError(
                 f'RepresentationHealthHook: interval={self.interval} is not '
-                f'a multiple of the LoggerHook interval ({log_interval}), so '
-                'some checks would never be printed. Set the hook interval '
-                f'to a multiple of {log_interval}, or leave it None to '
-                'check on every logged iteration.')
+                f'a multiple of the LoggerHook interval ({log_interval}); '
+                'set a multiple, or None.')
         pairs = list(model.momentum_pairs())
         self._online, self._target = ([
             p for pair in pairs for p in pair[i].parameters()
@@ -157,8 +143,7 @@ class RepresentationHealthHook(Hook):
     @torch.no_grad()
     def observe(self, head: nn.Module, args: tuple, output: dict) -> None:
         """Forward hook of ``head(query, key, negatives, neg_mask=None)``:
-        on a checked iteration, keep the embeddings and the sum and count
-        of the query-negative cosines."""
+        keep the embeddings and the query-negative cosines' sum and count."""
         if not self._checking:
             return
         query, key, negatives = (
@@ -179,8 +164,7 @@ class RepresentationHealthHook(Hook):
             self._observed[name].append(value)
 
     def is_check_iter(self, runner: Runner, batch_idx: int) -> bool:
-        """Whether this iteration is checked: one the LoggerHook prints, every
-        ``interval``."""
+        """Whether this iteration (one the LoggerHook prints) is checked."""
         ends_epoch = self.end_of_epoch(runner.train_dataloader, batch_idx)
         logger = self._logger_hook
         if logger is not None:
@@ -231,15 +215,8 @@ class RepresentationHealthHook(Hook):
 
     @torch.no_grad()
     def measure(self, observed: dict, steps: int) -> Dict[str, float]:
-        """The health figures of one observed training step.
-
-        Args:
-            observed (dict): What :meth:`observe` kept, per loss term.
-            steps (int): Training iterations done, this one included.
-
-        Returns:
-            Dict[str, float]: The figures, named as in ``HEALTH_SCALARS``.
-        """
+        """The figures (``HEALTH_SCALARS``) of what :meth:`observe` kept of
+        one step; ``steps`` counts the iterations done, this one included."""
         queries = [
             F.normalize(at_least_float32(q), dim=1)
             for q in observed['queries']
@@ -309,9 +286,9 @@ class RepresentationHealthHook(Hook):
             reasons.append(
                 f'the InfoNCE loss, {loss:.3f} on average over the last '
                 f'{window} iterations, has not left chance level: ln(K + 1) '
-                f'= ln({queue.size + 1}) = {chance:.3f} (embeddings that '
-                'tell nothing apart), by {:.3f} < {} nats'.format(
-                    chance - loss, self.not_learning_margin))
+                f'= ln({queue.size + 1}) = {chance:.3f}, by '
+                '{:.3f} < {} nats'.format(chance - loss,
+                                          self.not_learning_margin))
         if gap is not None and gap <= 0:
             reasons.append(
                 f'positives are no closer than negatives: pos_sim - neg_sim '
@@ -324,11 +301,8 @@ class RepresentationHealthHook(Hook):
             f'{runner.iter} of {runner.max_iters} '
             f'({self.not_learning_at:.0%} of the run): ' + '; '.join(reasons) +
             '. Likely causes:'
-        ] + ['  - ' + c for c in self.not_learning_causes(runner)] + [
-            'This is checked once per run (RepresentationHealthHook('
-            "on_not_learning='stop') stops such a run, not_learning_at=0 "
-            'switches the check off).'
-        ])
+        ] + ['  - ' + c for c in self.not_learning_causes(runner)] +
+                            ['Checked once per run.'])
         if self.on_not_learning == 'stop':
             raise NotLearningError(message)
         runner.logger.warning(message)
@@ -340,23 +314,15 @@ class RepresentationHealthHook(Hook):
         crop = _crop_scale(runner.train_dataloader)
         return [
             f'Too few iterations for the data: {runner.max_iters} '
-            f'iterations, {facts}. MoCo\'s recipes assume 1.28 million '
-            'images x 200 epochs (configs/mocov2/README.md, "Your own '
-            'folder").',
-            'A network too large for the images to train from scratch '
-            '(e.g. a ResNet-50 on a few hundred images): continue from '
-            'released weights instead (model.encoders_from=<an ImageNet '
-            'MoCo or torchvision checkpoint>; docs/user_guides/'
-            'pretraining.md, "Continued pretraining from released '
-            'weights")' +
+            f'iterations, {facts} (configs/mocov2/README.md).',
+            'A network too large for the images to train from scratch: '
+            'continue from released weights (model.encoders_from; '
+            'docs/user_guides/pretraining.md)' +
             (f'; this run starts from {self._model.encoders_from}.' if getattr(
                 self._model, 'encoders_from', None) else '.'),
-            'Learning rate too low (0 or a scaled-down lr that the cosine '
-            'takes to 0 before anything is learnt) or too high' +
+            'Learning rate too low or too high' +
             (f'; current {lr}.' if lr else '.'),
-            'Views too hard or too easy: crops of a small scale of images '
-            'that are themselves small, or views that differ in nothing '
-            'the images vary in' +
+            'Views too hard or too easy' +
             (f'; this run crops scale={crop}.' if crop else '.'),
         ]
 
@@ -378,22 +344,15 @@ class RepresentationHealthHook(Hook):
     def collapse_message(self, runner: Runner, metrics: Dict[str,
                                                              float]) -> str:
         """The collapse warning, with the likely causes."""
-        std, ratio, dim = metrics['std'], metrics['std_norm'], self.dim
         return '\n'.join([
             'RepresentationHealthHook: REPRESENTATION COLLAPSE at iteration '
-            f'{runner.iter + 1}: the std of the L2-normalised query '
-            f'embeddings per dimension is {std:.4g} = {ratio:.3f}/sqrt(d) '
-            f'(d = {dim}; healthy: about 1/sqrt(d) = '
-            f'{1 / math.sqrt(dim):.4f}), below '
-            f'{self.collapse_ratio}/sqrt(d) for {self.num_low_checks} '
-            f'checks in a row (one every {self.interval} iterations); '
-            f'uniformity {metrics["uniformity"]:.3f} (0 = collapsed), '
-            f'pos_sim {metrics["pos_sim"]:.3f}, neg_sim '
-            f'{metrics["neg_sim"]:.3f}. The images map to almost one '
-            'vector, so the features carry little information even if the '
-            'loss looks fine. Likely causes:'
-        ] + ['  - ' + cause for cause in self.likely_causes(runner)] +
-                         ['This warning is shown once per run.'])
+            f'{runner.iter + 1}: std_norm {metrics["std_norm"]:.3f} (healthy: '
+            f'about 1) below {self.collapse_ratio} for '
+            f'{self.num_low_checks} checks in a row; uniformity '
+            f'{metrics["uniformity"]:.3f} (0 = collapsed), pos_sim '
+            f'{metrics["pos_sim"]:.3f}, neg_sim {metrics["neg_sim"]:.3f}. '
+            'Likely causes (shown once per run):'
+        ] + ['  - ' + cause for cause in self.likely_causes(runner)])
 
     def likely_causes(self, runner: Runner) -> List[str]:
         """The usual causes of collapse, with what this model says."""
@@ -403,16 +362,14 @@ class RepresentationHealthHook(Hook):
             isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm)
             for m in model.modules())
         if shuffle_bn == 'none' and has_bn:
-            bn = ("BatchNorm leak: this model has BatchNorm but "
-                  "shuffle_bn='none', so a batch's statistics tell which key "
-                  "is the positive; set model.shuffle_bn='ddp' (several "
-                  "GPUs) or 'split' (one GPU/CPU), or use SyncBN.")
+            bn = ("BatchNorm leak: BatchNorm with shuffle_bn='none'; set "
+                  "model.shuffle_bn='ddp' (several GPUs) or 'split', or use "
+                  'SyncBN.')
         elif shuffle_bn == 'ddp' and get_world_size() == 1:
             bn = ("BatchNorm leak: shuffle_bn='ddp' has no effect in a "
                   "single process; set model.shuffle_bn='split'.")
         elif shuffle_bn is None:
-            bn = ('BatchNorm leak: with in-batch negatives (MoCo v3) use '
-                  'SyncBN across GPUs so no GPU sees only its own batch.')
+            bn = 'BatchNorm leak: with in-batch negatives use SyncBN.'
         else:
             bn = (f"BatchNorm leak: unlikely here (shuffle_bn="
                   f"'{shuffle_bn}').")
@@ -420,24 +377,20 @@ class RepresentationHealthHook(Hook):
         neck_bn = any(
             isinstance(m, _BatchNorm)
             for m in getattr(model, 'neck', nn.Identity()).modules())
-        neck = ('An MLP neck without BatchNorm on a small dataset can map '
-                'every image to one vector: ' +
+        neck = ('An MLP neck without BatchNorm on a small dataset: ' +
                 ('this neck has BatchNorm.' if neck_bn else
                  'this neck has none; try with_bn=True, with_last_bn=True, '
-                 'with_last_bn_affine=False (as the folder and digits '
-                 'configs).'))
+                 'with_last_bn_affine=False.'))
         temperature = getattr(
             getattr(model, 'head', None), 'temperature', None)
-        tau = ('A very small temperature (below ~0.05) makes training '
-               'unstable: only the hardest negatives get gradient' +
+        tau = ('A very small temperature (below ~0.05)' +
                (f'; this run: {temperature}.'
                 if temperature is not None else '.'))
         return [
             bn,
-            'Learning rate too high (the features blow up and then fall '
-            'onto one point; MoCo v2\'s 0.03 is for a total batch of 256, '
-            'scale it with the batch: auto_scale_lr) or too low for the '
-            'queue to be refreshed' + (f'; current {lr}.' if lr else '.'),
+            'Learning rate too high (MoCo v2\'s 0.03 is for a total batch '
+            'of 256: auto_scale_lr) or too low' +
+            (f'; current {lr}.' if lr else '.'),
             neck,
             tau,
         ]

@@ -22,22 +22,15 @@ def check_cpu_bf16_conv(module: nn.Module, args: tuple) -> None:
                 'BF16OptimWrapper: a {}x{} convolution of stride {}x{} '
                 'gets a {}x{} input '.format(*module.kernel_size, *
                                              module.stride, *x.shape[-2:]) +
-                '(smaller than its stride): on CPU, oneDNN computes its '
-                'bfloat16 weight gradient from uninitialised memory. Use a '
-                'larger crop (e.g. 32 px or more for a ResNet) or train in '
-                'float32 (without --amp / optim_wrapper.type='
-                "'OptimWrapper').")
+                '(smaller than its stride), whose CPU bfloat16 weight '
+                'gradient is wrong: use a larger crop or float32.')
 
 
 @OPTIM_WRAPPERS.register_module()
 class BF16OptimWrapper(OptimWrapper):
-    """Mixed precision with ``bfloat16`` autocast, on CPU or GPU.
-
-    mmengine 0.10.7's ``AmpOptimWrapper`` asserts a GPU, so
-    ``tools/train.py --amp`` uses this wrapper on CPU. bfloat16 needs no
-    loss scaling: backward and step are those of ``OptimWrapper``. On CPU
-    the first forward runs :func:`check_cpu_bf16_conv`.
-    """
+    """Mixed precision with ``bfloat16`` autocast and no loss scaling, on CPU
+    (where mmengine 0.10.7's ``AmpOptimWrapper`` refuses to start) or GPU;
+    on CPU the first forward runs :func:`check_cpu_bf16_conv`."""
 
     _convs_checked = False
 

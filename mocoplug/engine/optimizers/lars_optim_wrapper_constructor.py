@@ -18,13 +18,10 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """Exclude 1-D parameters from weight decay and from LARS adaptation.
 
     As the LARS of `An Empirical Study of Training Self-Supervised Vision
-    Transformers <https://arxiv.org/abs/2104.02057>`_ (MoCo v3), parameters
-    are selected by *shape*, not by name (mmpretrain's ``custom_keys`` miss
-    the projector's BatchNorm1d, ``mlp.1``...): after mmengine's
-    parameter-wise options, every group of ``ndim <= 1`` parameters gets
-    ``weight_decay=0`` and ``lars_exclude=True`` (read by mmpretrain's
-    ``LARS``). :class:`MoCoV3LARS` excludes by shape itself and refuses
-    this constructor.
+    Transformers <https://arxiv.org/abs/2104.02057>`_ (MoCo v3), by *shape*:
+    after mmengine's parameter-wise options, every group of ``ndim <= 1``
+    parameters gets ``weight_decay=0`` and ``lars_exclude=True`` (read by
+    mmpretrain's ``LARS``). :class:`MoCoV3LARS` refuses this constructor.
 
     Example::
 
@@ -34,10 +31,8 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                            weight_decay=1e-6))
 
     Args:
-        optim_wrapper_cfg (dict): Config of the optimizer wrapper, with its
-            ``optimizer`` (mmpretrain's ``LARS``).
-        paramwise_cfg (dict, optional): mmengine's parameter-wise options;
-            they apply first, then the exclusion overrides the 1-D groups.
+        optim_wrapper_cfg (dict): The optimizer wrapper config (``LARS``).
+        paramwise_cfg (dict, optional): mmengine's; applied first.
     """
 
     def __init__(self,
@@ -50,20 +45,16 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         if isinstance(optimizer_type, type) and issubclass(
                 optimizer_type, MoCoV3LARS):
             raise ValueError(
-                "LARSOptimWrapperConstructor is for mmpretrain's LARS; "
-                'MoCoV3LARS excludes 1-D parameters by shape itself: drop '
-                '`constructor` (one parameter group keeps its multi-tensor '
-                'step).')
+                'LARSOptimWrapperConstructor: MoCoV3LARS excludes 1-D '
+                'parameters by shape itself: drop `constructor`.')
         if not (isinstance(optimizer_type, type)
                 and issubclass(optimizer_type, LARS)):
             name = getattr(optimizer_type, '__name__',
                            self.optimizer_cfg.get('type'))
             raise ValueError(
                 'LARSOptimWrapperConstructor: optim_wrapper.optimizer.type '
-                f"must be 'LARS' (mmpretrain's, which reads lars_exclude), "
-                f'got {name!r}. For another optimizer drop the constructor '
-                'and use paramwise_cfg=dict(flat_decay_mult=0.) to exclude '
-                '1-D parameters from weight decay.')
+                f"must be 'LARS', got {name!r}; otherwise drop the "
+                'constructor and use paramwise_cfg=dict(flat_decay_mult=0.).')
 
     def exclude_flat_params(self, params: List[dict]) -> None:
         """Give every group of 1-D parameters ``weight_decay=0`` and
@@ -88,8 +79,7 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         print_log(
             f'LARSOptimWrapperConstructor: {num_excluded} of '
             f'{sum(len(g["params"]) for g in params)} trainable parameters '
-            '(ndim <= 1: norm gamma/beta, biases) have no weight decay and '
-            'no LARS adaptation',
+            '(ndim <= 1) have no weight decay and no LARS adaptation',
             logger='current')
 
         optimizer_cfg = self.optimizer_cfg.copy()

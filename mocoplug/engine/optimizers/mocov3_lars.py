@@ -18,38 +18,21 @@ class MoCoV3LARS(Optimizer):
 
     `An Empirical Study of Training Self-Supervised Vision Transformers
     <https://arxiv.org/abs/2104.02057>`_ (MoCo v3) trains its ResNet-50 with
-    LARS (`You et al. <https://arxiv.org/abs/1708.03888>`_), lr 0.6 per 256
-    images, weight decay 1e-6, momentum 0.9, trust coefficient 0.001; its
-    code (``moco/optimizer.py``) updates each parameter ``p`` with gradient
-    ``g`` at the current learning rate ``lr`` as:
-
-    .. code-block:: none
-
-        if p.ndim > 1:                       # conv / linear weights
-            d = g + wd * p
-            q = eta * ||p|| / ||d||  if ||p|| > 0 and ||d|| > 0  else 1
-            d = q * d
-        else:                                # norm gamma/beta, biases
-            d = g                            # no decay, no adaptation
-        mu = momentum * mu + d               # mu starts at 0
-        p = p - lr * (d + momentum * mu  if nesterov  else  mu)
-
-    How it differs from mmpretrain's ``LARS``: docs/design_notes.md. 1-D
-    parameters are told apart by shape, so ``lars_exclude`` is refused on a
-    weight; use one parameter group. The step reads no tensor on the host.
+    LARS (`You et al. <https://arxiv.org/abs/1708.03888>`_); this is the
+    update of its ``moco/optimizer.py``: weights (``ndim > 1``) decayed and
+    scaled by the trust ratio, 1-D parameters neither. How it differs from
+    mmpretrain's ``LARS``: docs/design_notes.md. ``lars_exclude`` is
+    refused on a weight; the step reads no tensor on the host.
 
     Args:
         params (Iterable): Parameters or parameter groups (dicts).
         lr (float): Learning rate.
-        momentum (float): Momentum factor. Defaults to 0.9 (the official).
-        weight_decay (float): Weight decay of the weights (``ndim > 1``).
-            Defaults to 0.
-        eta (float): Trust coefficient (the official ``trust_coefficient``;
-            mmpretrain's ``eta``). Defaults to 0.001.
-        nesterov (bool): Nesterov momentum. Defaults to False.
-        foreach (bool, optional): Use the multi-tensor kernels. Defaults to
-            None: when every parameter is on a GPU (on CPU the loop was
-            faster).
+        momentum (float): Momentum factor (the official 0.9).
+        weight_decay (float): Weight decay of the weights.
+        eta (float): Trust coefficient (the official ``trust_coefficient``).
+        nesterov (bool): Nesterov momentum.
+        foreach (bool, optional): Use the multi-tensor kernels; None: when
+            every parameter is on a GPU.
     """
 
     def __init__(self,
@@ -85,26 +68,19 @@ class MoCoV3LARS(Optimizer):
             weights = [tuple(p.shape) for p in group['params'] if p.ndim > 1]
             if weights:
                 raise ValueError(
-                    'MoCoV3LARS excludes parameters from weight decay and '
-                    'adaptation by shape (ndim <= 1), as the official code; '
-                    'a group with lars_exclude=True holds weights of shape '
-                    f'{weights}, which it would decay and adapt. Drop '
-                    'lars_exclude (and LARSOptimWrapperConstructor), or use '
-                    "mmpretrain's LARS for per-group exclusion.")
+                    'MoCoV3LARS excludes by shape (ndim <= 1); '
+                    f'lars_exclude=True on weights of shape {weights}. Drop '
+                    "lars_exclude, or use mmpretrain's LARS.")
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state saved by this optimizer; refuse any key but ``mu``
-        (another optimizer's buffers would be misread)."""
+        """Load a state saved by this optimizer (refuses any other)."""
         for index, param_state in state_dict.get('state', {}).items():
             other = sorted(set(param_state) - {BUFFER})
             if other:
                 raise ValueError(
-                    f'MoCoV3LARS.load_state_dict: the state of parameter '
-                    f'{index} has {other}, not only {BUFFER!r}: it was saved '
-                    "by another optimizer (torch's SGD and mmpretrain's LARS "
-                    "keep 'momentum_buffer'). Resume with the optimizer of "
-                    'the checkpoint, or start the optimizer afresh '
-                    '(load_from instead of resume).')
+                    f'MoCoV3LARS.load_state_dict: parameter {index} has '
+                    f'{other}, saved by another optimizer. Resume with that '
+                    'optimizer, or use load_from instead of resume.')
         super().load_state_dict(state_dict)
 
     @torch.no_grad()
@@ -146,8 +122,7 @@ class MoCoV3LARS(Optimizer):
 def _by_device_and_dtype(
     params: List[Tensor], grads: List[Tensor], buffers: List[Tensor]
 ) -> Iterable[Tuple[List[Tensor], List[Tensor], List[Tensor]]]:
-    """Split the lists into runs of one device and dtype (what one
-    multi-tensor kernel, and ``torch.stack`` of their norms, accept)."""
+    """Split the lists into runs of one device and dtype (one kernel each)."""
     runs = defaultdict(lambda: ([], [], []))
     for p, g, b in zip(params, grads, buffers):
         for run, tensor in zip(runs[(p.device, p.dtype)], (p, g, b)):
@@ -157,8 +132,7 @@ def _by_device_and_dtype(
 
 def _trust_ratio(param_norm: Tensor, update_norm: Tensor,
                  eta: float) -> Tensor:
-    """eta ||p|| / ||d|| where both norms are positive, else 1, without
-    reading the norms on the host (elementwise over stacked norms too)."""
+    """eta ||p|| / ||d|| where both norms are positive, else 1 (on device)."""
     positive = (param_norm > 0) & (update_norm > 0)
     return torch.where(positive, eta * param_norm / update_norm, 1.)
 

@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Distributed runs on a machine without an accelerator, where mmengine
-0.10.7's launchers (``torch.cuda.set_device``), DDP wrapper
-(``device_ids=[LOCAL_RANK]``) and the configs' ``nccl`` backend fail."""
+"""Distributed runs on a machine without an accelerator (mmengine 0.10.7's
+launchers, DDP wrapper and ``nccl`` backend need a GPU)."""
 import datetime
 from typing import Optional
 
@@ -20,15 +19,8 @@ def has_accelerator() -> bool:
 
 
 def dist_cfg_for_this_machine(dist_cfg: Optional[dict]) -> dict:
-    """The config's ``env_cfg.dist_cfg`` with a backend this machine runs:
-    without an accelerator ``nccl`` (the default) becomes ``gloo``.
-
-    Args:
-        dist_cfg (dict, optional): ``env_cfg.dist_cfg`` of the config.
-
-    Returns:
-        dict: A new dict with ``backend`` always set.
-    """
+    """A copy of the config's ``env_cfg.dist_cfg`` with ``backend`` set to
+    one this machine runs (``nccl`` becomes ``gloo`` without a GPU)."""
     dist_cfg = dict(dist_cfg or {})
     backend = dist_cfg.setdefault('backend', 'nccl')
     if not has_accelerator() and backend in ACCELERATOR_BACKENDS:
@@ -46,15 +38,12 @@ def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
 
     Args:
         launcher (str): The job launcher; only ``'pytorch'``.
-        dist_cfg (dict): ``backend`` and the keyword arguments of
-            ``init_process_group`` (``timeout`` in seconds).
+        dist_cfg (dict): ``backend`` and ``init_process_group``'s kwargs.
     """
     if launcher != 'pytorch':
         raise RuntimeError(
-            f'launcher={launcher!r} on a machine without a GPU: mmengine\'s '
-            f'{launcher} launcher selects a GPU per process. Start CPU '
-            'processes with torchrun and --launcher pytorch (as '
-            'tools/dist_train.sh does).')
+            f'launcher={launcher!r} needs a GPU; start CPU processes with '
+            'torchrun and --launcher pytorch (tools/dist_train.sh).')
     kwargs = dict(dist_cfg)
     backend = kwargs.pop('backend')
     init_backend = kwargs.pop('init_backend', 'torch')
@@ -73,18 +62,9 @@ def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
 
 def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
                           find_unused_parameters: bool = False) -> dict:
-    """The model wrapper config of a distributed run on CPUs: mmengine's
-    (``MMDistributedDataParallel`` without buffer broadcast, or the
-    config's), with ``device_ids=None`` for DDP wrappers.
-
-    Args:
-        model_wrapper_cfg (dict, optional): The config's.
-        find_unused_parameters (bool): The config's, used when it gives no
-            wrapper.
-
-    Returns:
-        dict: A new wrapper config.
-    """
+    """A new model wrapper config for a distributed run on CPUs: the
+    config's or mmengine's default (with ``find_unused_parameters``),
+    ``device_ids=None`` for DDP wrappers."""
     if model_wrapper_cfg is None:
         cfg = dict(
             type='MMDistributedDataParallel',

@@ -30,13 +30,9 @@ ConfigType = Union[Dict, Config, ConfigDict]
 
 def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
                              model: nn.Module) -> Optional[Dict]:
-    """The wrapper config, with ``broadcast_buffers=False`` when it wraps a
-    momentum model in a ``DistributedDataParallel`` (rank 0's queue and BN
-    statistics would replace every rank's own at each forward).
-
-    Raises:
-        ValueError: The config asks for ``broadcast_buffers=True``.
-    """
+    """The wrapper config, with ``broadcast_buffers=False`` (refusing True)
+    when it wraps a momentum model in a ``DistributedDataParallel``: rank
+    0's queue and BN statistics would replace every rank's own."""
     if (model_wrapper_cfg is None
             or not isinstance(model, BaseMomentumSelfSupervisor)
             or not wraps_in_ddp(model_wrapper_cfg)):
@@ -64,10 +60,8 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
             and optimizer.get('type') == 'SGD' and optimizer.get('fused')):
         return optim_wrapper
     print_log(
-        'optim_wrapper.optimizer.fused=True: torch\'s fused SGD writes its '
-        'momentum on the steps the AmpOptimWrapper\'s loss scaler skips, '
-        'which diverges; using foreach=True instead (bfloat16 needs no loss '
-        "scaler: optim_wrapper.type='mocoplug.BF16OptimWrapper').",
+        'optim_wrapper.optimizer.fused=True: torch\'s fused SGD diverges '
+        'under the loss scaler; using foreach=True instead.',
         logger='current',
         level=logging.WARNING)
     optim_wrapper = copy.deepcopy(optim_wrapper)
@@ -75,26 +69,23 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
     return optim_wrapper
 
 
+def _then_leave(result):
+    """``result``, after :func:`leave_process_group_at_exit`."""
+    leave_process_group_at_exit()
+    return result
+
+
 @RUNNERS.register_module()
 class MoCoRunner(Runner):
     """mmengine's ``Runner``, plus what mocoplug's configs mean.
 
     The runner of every mocoplug config (`MoCo
-    <https://arxiv.org/abs/1911.05722>`_ v1/v2/v3 pretraining and the
-    benchmarks), ``runner_type = 'mocoplug.MoCoRunner'``, built by
-    ``RUNNERS.build(cfg)`` (docs/user_guides/extending.md). It adds:
-
-    - top-level ``pretrained=CKPT`` and ``data_root=DIR``
-      (:func:`mocoplug.utils.fill_pretrained`,
-      :func:`mocoplug.datasets.fill_data_root`);
-    - ``default_hooks.NAME=None`` for any default hook;
-    - dataloader configs mmengine cannot build as written
-      (:mod:`.dataloader_options`);
-    - a check that mmcv's ops run on the model's device;
-    - distributed runs without an accelerator (:mod:`.cpu_distributed`);
-    - :func:`without_fused_sgd_under_loss_scaling` and
-      :func:`without_buffer_broadcast`;
-    - leaving the process group at exit after a successful run.
+    <https://arxiv.org/abs/1911.05722>`_ v1/v2/v3 and the benchmarks;
+    docs/user_guides/extending.md). It adds top-level ``pretrained`` and
+    ``data_root``, ``default_hooks.NAME=None``, :mod:`.dataloader_options`,
+    a check of mmcv's ops on the model's device, :mod:`.cpu_distributed`,
+    :func:`without_fused_sgd_under_loss_scaling`,
+    :func:`without_buffer_broadcast`, and leaves the process group at exit.
     """
 
     @classmethod
@@ -151,22 +142,13 @@ class MoCoRunner(Runner):
             dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
 
     def train(self) -> nn.Module:
-        """Train; see mmengine's ``Runner.train``."""
-        model = super().train()
-        leave_process_group_at_exit()
-        return model
+        return _then_leave(super().train())
 
     def val(self) -> dict:
-        """Validate; see mmengine's ``Runner.val``."""
-        metrics = super().val()
-        leave_process_group_at_exit()
-        return metrics
+        return _then_leave(super().val())
 
     def test(self) -> dict:
-        """Test; see mmengine's ``Runner.test``."""
-        metrics = super().test()
-        leave_process_group_at_exit()
-        return metrics
+        return _then_leave(super().test())
 
     def register_default_hooks(
             self,
