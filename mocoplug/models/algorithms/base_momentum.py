@@ -19,25 +19,18 @@ def build_module(cfg: Union[dict, nn.Module, None]) -> Optional[nn.Module]:
 
 
 class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
-    """Base of the algorithms with a momentum (key) encoder: MoCo v1/v2/v3.
-
-    ``self.momentum_encoder`` (state-dict prefix ``momentum_encoder.``) is a
-    frozen copy of ``backbone`` + ``neck``, updated by ``MomentumUpdateHook``
-    through :meth:`momentum_pairs` after every optimizer step; without the
-    hook :meth:`check_key_encoder_moves` raises (docs/design_notes.md).
+    """Base of MoCo v1/v2/v3: ``momentum_encoder``, a frozen copy of
+    ``backbone`` + ``neck`` that ``MomentumUpdateHook`` updates.
 
     Args:
-        backbone, neck, head (dict): Configs of the backbone (any mmpretrain
-            backbone), the projection neck and the loss head.
+        backbone, neck, head (dict): The backbone, projection neck and head.
         pretrained (str, optional): Checkpoint of the whole model to load.
-        data_preprocessor (dict, optional): Config of the data preprocessor;
-            ``SelfSupDataPreprocessor`` if no type is given.
+        data_preprocessor (dict, optional): ``SelfSupDataPreprocessor`` if
+            no type is given.
         init_cfg (dict or list[dict], optional): Initialization config dict.
-        channels_last (bool): Channels-last 4-D weights and views. Defaults
-            to False.
+        channels_last (bool): Channels-last 4-D weights and views.
         encoders_from (str, optional): A checkpoint whose query encoder
-            starts both (:func:`~mocoplug.models.utils.
-            load_encoder_checkpoint`).
+            starts both (``load_encoder_checkpoint``).
     """
 
     def __init__(self,
@@ -61,14 +54,12 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             init_cfg=init_cfg)
         self.channels_last = channels_last
         self.encoders_from = encoders_from
-        # See check_key_encoder_moves().
         self._versions_at_start: Optional[Tuple[int, int]] = None
         self._optimizer_stepped = False
         self._key_encoder_seen_moving = False
 
     def build_momentum_encoder(self) -> None:
-        """Create ``self.momentum_encoder``, a frozen copy of the final online
-        backbone and neck."""
+        """Create ``self.momentum_encoder`` from the online modules."""
         if self.channels_last:  # kept by the copy, init, loading and .to()
             self.backbone.to(memory_format=torch.channels_last)
         self.momentum_encoder = nn.Sequential(
@@ -102,8 +93,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
 
     def train_step(self, data: Union[dict, tuple, list],
                    optim_wrapper) -> Dict[str, torch.Tensor]:
-        """mmengine's training step; notes whether the optimizer stepped,
-        for :meth:`check_key_encoder_moves`."""
+        """mmengine's step; notes whether the optimizer stepped."""
         log_vars = super().train_step(data, optim_wrapper)
         should_update = getattr(optim_wrapper, 'should_update', None)
         if callable(should_update) and should_update():
@@ -114,17 +104,15 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 inputs: Union[torch.Tensor, List[torch.Tensor]],
                 data_samples: Optional[list] = None,
                 mode: str = 'tensor'):
-        """mmpretrain's forward, with :meth:`check_key_encoder_moves` before
-        every training loss (also under DDP, which calls forward)."""
+        """mmpretrain's forward; :meth:`check_key_encoder_moves` before each
+        training loss (DDP calls forward)."""
         if mode == 'loss' and self.training:
             self.check_key_encoder_moves()
         return super().forward(inputs, data_samples, mode)
 
     def check_key_encoder_moves(self) -> None:
-        """Raise when an optimizer step has run (seen by :meth:`train_step`
-        or the online parameters' in-place write counters) but the momentum
-        encoder was never written. No host sync; stops checking once the key
-        encoder has moved."""
+        """Raise when an optimizer step has run but the momentum encoder was
+        never written (no host sync; stops once it moved)."""
         if self._key_encoder_seen_moving:
             return
         versions = tuple(
@@ -137,28 +125,22 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             self._key_encoder_seen_moving = True
         elif self._optimizer_stepped or versions[0] != start[0]:
             raise RuntimeError(
-                f'{type(self).__name__}: an optimizer step updated the '
-                'query encoder but nothing updated the momentum (key) '
-                'encoder, which would stay frozen at its initial weights. '
-                'Add the update hook to the config: custom_hooks = '
-                "[dict(type='MomentumUpdateHook', momentum=0.999)] (MoCo "
-                "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo "
-                'v3); outside a Runner, MomentumUpdateHook.attach(model) '
-                'once, then its update(m) after every optimizer step.')
+                f'{type(self).__name__}: nothing updates the momentum '
+                "encoder; add custom_hooks=[dict(type='MomentumUpdateHook', "
+                "momentum=0.999)] (v1/v2; v3: schedule='cosine', "
+                'momentum=0.99), or outside a Runner call '
+                'MomentumUpdateHook.attach(model) and its update(m).')
 
     def views(self, inputs: Union[torch.Tensor, List[torch.Tensor]],
               algorithm: str) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The two augmented views of a batch (channels-last if set); raises
-        unless the pipeline produced exactly two."""
+        """The batch's two views (channels-last if set); raises otherwise."""
         if not isinstance(inputs, (list, tuple)) or len(inputs) != 2:
             got = (f'{len(inputs)} views' if isinstance(inputs, (list, tuple))
                    else f'a single {type(inputs).__name__}')
             raise ValueError(
-                f'{algorithm} needs two augmented views per image but got '
-                f'{got}: wrap the train pipeline in '
-                "dict(type='MultiView', num_views=2, transforms=[...]) "
-                '(or num_views=[1, 1] with two transform lists) before '
-                'PackInputs.')
+                f'{algorithm} needs two views per image but got {got}: '
+                "wrap the train pipeline in dict(type='MultiView', "
+                'num_views=2, transforms=[...]) before PackInputs.')
         if not self.channels_last:
             return inputs[0], inputs[1]
         return tuple(

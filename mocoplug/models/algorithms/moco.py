@@ -26,14 +26,11 @@ class MoCo(BaseMomentumSelfSupervisor):
     <https://arxiv.org/abs/2003.04297>`_ (Chen et al., 2020), as configs.
 
     Args:
-        backbone, neck, head (dict): Configs of the backbone, the projection
-            neck and the loss head (e.g. ``InfoNCEHead``).
-        queue (dict): Config of the negative-key queue. Defaults to
-            ``dict(type='NegativeKeyQueue', size=65536, dim=128)``.
-        shuffle_bn (str): Shuffle BN (docs/design_notes.md): ``'ddp'`` (the
-            paper's, across processes), ``'split'`` (``num_splits`` BN
-            slices, one GPU or CPU) or ``'none'``. Defaults to ``'ddp'``.
-        num_splits (int): BN slices for ``'split'``. Defaults to 8.
+        backbone, neck, head (dict): The backbone, projection neck and head.
+        queue (dict): The negative-key queue.
+        shuffle_bn (str): Shuffle BN: ``'ddp'`` (the paper's, across
+            processes), ``'split'`` (BN slices, one GPU or CPU) or ``'none'``.
+        num_splits (int): BN slices for ``'split'``.
         **kwargs: The other arguments of :class:`BaseMomentumSelfSupervisor`.
     """
 
@@ -48,18 +45,14 @@ class MoCo(BaseMomentumSelfSupervisor):
                  **kwargs) -> None:
         super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
         if shuffle_bn not in SHUFFLE_BN_MODES:
-            raise ValueError(
-                f'MoCo: shuffle_bn must be one of {SHUFFLE_BN_MODES}, got '
-                f"{shuffle_bn!r}. Use 'ddp' for multi-GPU runs, 'split' for "
-                "one GPU/CPU, 'none' with SyncBN.")
+            raise ValueError(f'MoCo: shuffle_bn must be one of '
+                             f'{SHUFFLE_BN_MODES}, got {shuffle_bn!r}')
         self.shuffle_bn = shuffle_bn
         self.num_splits = num_splits
         if shuffle_bn == 'split':
             if not any(type(m) in SPLITTABLE for m in self.modules()):
-                raise ValueError(
-                    "MoCo: shuffle_bn='split' found no BatchNorm in the "
-                    "backbone/neck to split; use shuffle_bn='none' for this "
-                    'backbone (e.g. SyncBN or no BatchNorm).')
+                raise ValueError("MoCo: shuffle_bn='split' found no "
+                                 "BatchNorm; use shuffle_bn='none'")
             SplitBatchNorm.convert(self.backbone, num_splits)
             SplitBatchNorm.convert(self.neck, num_splits)
         self.queue = build_module(queue)
@@ -69,14 +62,13 @@ class MoCo(BaseMomentumSelfSupervisor):
 
     @torch.no_grad()
     def encode_keys(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised keys (N, D) of key views (N, C, H, W), in the input
-        order, encoded under Shuffle BN (permutations drawn on the device)."""
+        """L2-normalised keys (N, D) of key views, under Shuffle BN."""
         mode = self.shuffle_bn
         if mode == 'ddp' and get_world_size() == 1:
             if not self._warned_single_process:
                 print_log(
-                    "MoCo: shuffle_bn='ddp' has no effect in a single "
-                    "process; set model.shuffle_bn='split' to emulate it.",
+                    "MoCo: shuffle_bn='ddp' does nothing in one "
+                    "process; 'split' emulates it",
                     logger='current',
                     level=30)
                 self._warned_single_process = True
@@ -96,8 +88,8 @@ class MoCo(BaseMomentumSelfSupervisor):
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """``loss`` and ``contrast_acc`` of the views [query, key] (each
-        (N, C, H, W)), then enqueue the keys (Algorithm 1 of the paper)."""
+        """``loss`` and ``contrast_acc`` of [query, key] views, then enqueue
+        the keys (Algorithm 1 of the paper)."""
         im_q, im_k = self.views(inputs, 'MoCo')
         ids = None
         if self.queue.exclude_same_instance:
@@ -113,13 +105,10 @@ class MoCo(BaseMomentumSelfSupervisor):
 
 def sample_indices(data_samples: Optional[List[DataSample]],
                    device: torch.device) -> torch.Tensor:
-    """The batch's ``sample_idx`` (stored by ``PackInputs``) on ``device``,
-    copied from pinned memory without a host wait."""
+    """The batch's ``sample_idx`` on ``device``, without a host wait."""
     if not data_samples or 'sample_idx' not in data_samples[0]:
-        raise ValueError(
-            'exclude_same_instance=True needs the dataset index of every '
-            "image: keep 'sample_idx' in PackInputs' meta_keys (it is there "
-            'by default) and use a dataset derived from mmengine BaseDataset.')
+        raise ValueError("exclude_same_instance=True needs 'sample_idx' in "
+                         "PackInputs' meta_keys")
     ids = torch.tensor([int(s.sample_idx) for s in data_samples],
                        dtype=torch.long,
                        pin_memory=torch.device(device).type == 'cuda')

@@ -19,16 +19,11 @@ class MoCoV3(BaseMomentumSelfSupervisor):
     `An Empirical Study of Training Self-Supervised Vision Transformers
     <https://arxiv.org/abs/2104.02057>`_ (Chen, Xie, He, ICCV 2021).
 
-    Loss ``ctr(q1, k2) + ctr(q2, k1)`` of the queries (``backbone`` +
-    ``neck`` + ``predictor``) against the global batch's keys or a queue.
-
     Args:
-        backbone, neck, head (dict): Configs of the backbone (ResNet or
-            ``MoCoV3ViT``), the projector and the loss head.
-        predictor (dict): Config of the predictor (its last BN only with
-            ViT, as the official ``moco/builder.py``).
-        queue (dict, optional): Config of a queue of negatives instead of
-            the batch's. Defaults to None.
+        backbone, neck, head (dict): The backbone, projector and loss head.
+        predictor (dict): The predictor (last BN only with ViT, as the
+            official ``moco/builder.py``).
+        queue (dict, optional): A queue of negatives instead of the batch's.
         **kwargs: The other arguments of :class:`BaseMomentumSelfSupervisor`.
     """
 
@@ -41,12 +36,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                  **kwargs) -> None:
         super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
         if predictor is None:
-            raise ValueError(
-                'MoCoV3: `predictor` is required (the query branch is '
-                'backbone + projector + predictor), e.g. predictor=dict('
-                "type='MoCoProjectionNeck', in_channels=256, "
-                'hid_channels=4096, out_channels=256, num_layers=2, '
-                'with_bias=False, with_bn=True, with_avg_pool=False).')
+            raise ValueError("MoCoV3: `predictor` is required, e.g. dict("
+                             "type='MoCoProjectionNeck', num_layers=2, ...)")
         self.predictor = build_module(predictor)
         self.queue = build_module(queue)
         check_feature_dims('MoCoV3', self.backbone, self.neck, self.queue,
@@ -55,18 +46,15 @@ class MoCoV3(BaseMomentumSelfSupervisor):
 
     def contrast(self, query: torch.Tensor, key: torch.Tensor,
                  ids: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """InfoNCE of the predictor's outputs (N, C) against the momentum
-        branch's of the other view (N, C), neither normalised; ``ids``: the
-        dataset indices for a queue excluding same-instance negatives."""
+        """InfoNCE of queries (N, C) against the other view's keys (N, C),
+        neither normalised; ``ids``: dataset indices for the queue."""
         # float32 or wider: no overflow at 1/t under autocast
         query = F.normalize(at_least_float32(query), dim=1)
         key = F.normalize(at_least_float32(key), dim=1)
         if self.queue is not None:
             if self.queue.dim != query.shape[1]:
-                raise ValueError(
-                    f'MoCoV3: queue.dim={self.queue.dim} but the projector '
-                    f'and predictor output {query.shape[1]} channels; set '
-                    "the queue's `dim` to the neck's out_channels.")
+                raise ValueError(f'MoCoV3: set queue.dim={query.shape[1]}, '
+                                 "the neck's out_channels")
             return self.head(query, key, self.queue(),
                              self.queue.same_instance_mask(ids))
         # In-batch negatives of the global batch (equal batches per rank),
@@ -81,10 +69,8 @@ class MoCoV3(BaseMomentumSelfSupervisor):
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """Compute the symmetric loss ``ctr(q1, k2) + ctr(q2, k1)``.
-
-        Returns ``loss`` (sum of both terms) and ``contrast_acc`` (mean).
-        """
+        """``loss`` ``ctr(q1, k2) + ctr(q2, k1)`` and the mean
+        ``contrast_acc``."""
         view_1, view_2 = self.views(inputs, 'MoCoV3')
         ids = None
         if self.queue is not None and self.queue.exclude_same_instance:

@@ -18,8 +18,7 @@ _SEED_MIX = 0x5DEECE66D  # the stream differs from torch's global one
 
 
 def _shared_seed() -> int:
-    """A seed from torch's initial seed (the run's ``randomness.seed``),
-    rank 0's in a distributed run."""
+    """A seed from the run's seed (rank 0's in a distributed run)."""
     seed = [(torch.initial_seed() ^ _SEED_MIX) % 2**63]
     if get_dist_info()[1] > 1:
         broadcast_object_list(seed, src=0)
@@ -33,21 +32,16 @@ def _seed_from_state(state: torch.Tensor) -> int:
 
 @MODELS.register_module()
 class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
-    """mmpretrain's ``SelfSupDataPreprocessor`` that also runs the views'
-    photometric augmentation, batched, on the model's device.
-
-    In training it takes the views of ``GeometricMultiView`` (or decodes
-    and crops those of ``CropBoxMultiView``) and applies the photometric
-    steps of the view pipelines (MoCo v2, Chen et al. 2020; MoCo v3, Chen,
-    Xie, He, ICCV 2021), each equal to its per-image ``Fast*`` transform
-    given the same parameters, drawn per sample of the global batch from a
-    device generator whose state is the buffer ``generator_state``.
+    """``SelfSupDataPreprocessor`` that, in training, applies the photometric
+    steps of the view pipelines (MoCo v2/v3) batched on the model's device,
+    to ``GeometricMultiView`` views or ``CropBoxMultiView`` crops decoded
+    there; parameters drawn per sample of the global batch from a device
+    generator whose state is the buffer ``generator_state``.
 
     Args:
         transforms (list[list[dict]]): The view pipelines, as ``MultiView``.
         num_views (int | list[int]): Views per pipeline, as ``MultiView``.
-        seed (int, optional): Seed of the generator. Defaults to one
-            derived from the run's seed.
+        seed (int, optional): Generator seed; None derives it from the run's.
         **kwargs: ``SelfSupDataPreprocessor``'s arguments.
     """
 
@@ -89,11 +83,8 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 # a state of another kind of generator (CPU vs CUDA)
                 generator.manual_seed(_seed_from_state(state))
                 print_log(
-                    'DeviceAugmentDataPreprocessor: the saved augmentation '
-                    f'generator state ({state.numel()} bytes) is not one of '
-                    f'a {device.type} generator; re-seeded from it, so the '
-                    'augmentations will not continue the saved stream '
-                    'exactly',
+                    'DeviceAugmentDataPreprocessor: the saved generator state '
+                    f'is not a {device.type} one; re-seeded from it',
                     logger='current',
                     level=30)
         self._generator, self._loaded_state = generator, None
@@ -121,25 +112,22 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
         super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _crop_geometry(self) -> Tuple[List[Tuple[int, int]], List[str]]:
-        """Output size (height, width) and interpolation of each view's
-        RandomResizedCrop, for decoding on the device."""
+        """(height, width) and interpolation of each view's crop."""
         sizes, modes = [], []
         for index, augment in enumerate(self.view_augments):
             crop = next((t for t in augment.geometric
                          if transform_name(t) == 'RandomResizedCrop'), None)
             if crop is None:
-                raise ValueError(
-                    f'DeviceAugmentDataPreprocessor: view {index} has no '
-                    'RandomResizedCrop, needed to crop on the device')
+                raise ValueError(f'DeviceAugmentDataPreprocessor: view '
+                                 f'{index} needs a RandomResizedCrop')
             scale = crop['scale']
             scale = (scale, scale) if isinstance(scale, int) else scale
             width, height = scale[0], scale[1]
             mode = crop.get('interpolation', 'bilinear')
             if mode not in ('bilinear', 'bicubic'):
-                raise ValueError(
-                    'DeviceAugmentDataPreprocessor: crops are resized on '
-                    "the device with 'bilinear' or 'bicubic' "
-                    f'interpolation, got {mode!r}')
+                raise ValueError('DeviceAugmentDataPreprocessor: '
+                                 "interpolation 'bilinear' or 'bicubic', "
+                                 f'not {mode!r}')
             sizes.append((int(height), int(width)))
             modes.append(mode)
         return sizes, modes
@@ -154,10 +142,9 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 torch.is_tensor(v) and v.dim() == 4 for v in inputs):
             return [to_device(view, self.device) for view in inputs]
         raise TypeError(
-            'DeviceAugmentDataPreprocessor: in training, inputs must be a '
-            'list of B x 3 x H x W views (GeometricMultiView + PackInputs) '
-            'or encoded images (LoadImageBytes + CropBoxMultiView + '
-            f'PackEncodedViews), got {type(inputs).__name__}')
+            'DeviceAugmentDataPreprocessor: expected a list of B x 3 x H x W '
+            'views (GeometricMultiView) or encoded images '
+            f'(CropBoxMultiView), got {type(inputs).__name__}')
 
     def forward(self, data: dict, training: bool = False) -> dict:
         """Augment and normalise the views in training; otherwise as

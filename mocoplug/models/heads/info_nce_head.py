@@ -12,19 +12,13 @@ from ..utils.precision import similarity_dtype
 
 @MODELS.register_module()
 class InfoNCEHead(BaseModule):
-    """InfoNCE loss over one positive and many negatives, with its accuracy.
-
-    As in `Momentum Contrast for Unsupervised Visual Representation Learning
-    <https://arxiv.org/abs/1911.05722>`_, eq. (1): a (K+1)-way cross-entropy
-    of ``[q.k+, q.k_1 .. q.k_K] / t``; ``contrast_acc`` is the percentage
-    of queries whose positive scores above every negative.
+    """InfoNCE loss, eq. (1) of `Momentum Contrast for Unsupervised Visual
+    Representation Learning <https://arxiv.org/abs/1911.05722>`_, and
+    ``contrast_acc``, the percentage of positives above every negative.
 
     Args:
         temperature (float): Temperature t (0.07 for MoCo v1, 0.2 for v2).
-            Defaults to 0.2.
-        loss (dict): Config of the classification loss (MoCo v3:
-            ``loss_weight=2 * temperature``). Defaults to
-            ``dict(type='CrossEntropyLoss')``.
+        loss (dict): The classification loss (v3: ``loss_weight=2 t``).
         init_cfg (dict or list[dict], optional): Initialization config dict.
     """
 
@@ -45,9 +39,8 @@ class InfoNCEHead(BaseModule):
             neg: torch.Tensor,
             neg_mask: Optional[torch.Tensor] = None
     ) -> Dict[str, torch.Tensor]:
-        """``loss`` and ``contrast_acc`` (percent, detached) from the
-        positive (N, 1) and negative (N, K) similarities, leaving out the
-        negatives ``neg_mask`` (bool, (N, K)) flags."""
+        """``loss`` and ``contrast_acc`` from positive (N, 1) and negative
+        (N, K) similarities, less those ``neg_mask`` flags."""
         if neg_mask is not None:
             neg = neg.masked_fill(neg_mask, float('-inf'))
         # in place: one (N, K + 1) buffer fewer, autograd allows it
@@ -68,9 +61,8 @@ class InfoNCEHead(BaseModule):
             negatives: torch.Tensor,
             neg_mask: Optional[torch.Tensor] = None
     ) -> Dict[str, torch.Tensor]:
-        """:meth:`loss` from L2-normalised queries and their keys (N, C) and
-        the negative keys (M, C), e.g. the queue's buffer (never copied);
-        fused for the default loss when the keys need no gradient."""
+        """:meth:`loss` from L2-normalised queries, keys (N, C) and negatives
+        (M, C); fused for the default loss when the keys need no gradient."""
         ce = self.loss_module  # fused: the plain softmax cross-entropy
         if (type(ce) is CrossEntropyLoss and not ce.use_sigmoid
                 and not ce.use_soft and ce.reduction == 'mean'

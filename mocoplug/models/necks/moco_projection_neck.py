@@ -11,31 +11,23 @@ from mocoplug.registry import MODELS
 
 @MODELS.register_module()
 class MoCoProjectionNeck(BaseModule):
-    """The projection MLP of MoCo v1, v2 and v3, chosen by arguments.
-
-    ``num_layers`` Linear layers, each but the last followed by an optional
-    norm (``with_bn``) and a ReLU:
-
-    - v1, `Momentum Contrast for Unsupervised Visual Representation Learning
-      <https://arxiv.org/abs/1911.05722>`_: ``num_layers=1``.
-    - v2, `Improved Baselines with Momentum Contrastive Learning
-      <https://arxiv.org/abs/2003.04297>`_: ``num_layers=2``; the layer names
-      (``mlp.0``, ``mlp.2``) match mmpretrain's ``MoCoV2Neck``.
-    - v3, `An Empirical Study of Training Self-Supervised Vision Transformers
-      <https://arxiv.org/abs/2104.02057>`_: ``with_bias=False,
-      with_bn=True, with_last_bn=True, with_last_bn_affine=False``.
+    """The projection MLP of MoCo v1 (`Momentum Contrast for Unsupervised
+    Visual Representation Learning <https://arxiv.org/abs/1911.05722>`_,
+    ``num_layers=1``), v2 (`Improved Baselines with Momentum Contrastive
+    Learning <https://arxiv.org/abs/2003.04297>`_, 2 layers named as
+    mmpretrain's ``MoCoV2Neck``) and v3 (`An Empirical Study of Training
+    Self-Supervised Vision Transformers <https://arxiv.org/abs/2104.02057>`_,
+    no bias, with BN and a last non-affine BN).
 
     Args:
         in_channels, hid_channels, out_channels (int): Channels.
-        num_layers (int): Number of Linear layers. Defaults to 2.
-        with_bias (bool): Linear layers with a bias. Defaults to True.
-        with_bn (bool): A norm after each hidden Linear. Defaults to False.
-        with_last_bn (bool): A norm after the last Linear. Defaults to False.
+        num_layers (int): Number of Linear layers.
+        with_bias (bool): Linear layers with a bias.
+        with_bn (bool): A norm (then a ReLU) after each hidden Linear.
+        with_last_bn (bool): A norm after the last Linear.
         with_last_bn_affine (bool): The last norm learns an affine.
-            Defaults to True.
-        norm_cfg (dict): Config of the norms. Defaults to BN1d.
-        with_avg_pool (bool): Global-average-pool the input feature map
-            first (False for a ViT's class token). Defaults to True.
+        norm_cfg (dict): Config of the norms.
+        with_avg_pool (bool): Average-pool the input map (False for ViT).
         init_cfg (dict or list[dict], optional): Initialization config dict.
     """
 
@@ -76,13 +68,10 @@ class MoCoProjectionNeck(BaseModule):
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: Tuple[torch.Tensor]) -> Tuple[torch.Tensor]:
-        """Project the backbone's one feature, (N, C, H, W) or (N, C)
-        without avg pool; returns a one-element tuple (N, out)."""
+        """Project the backbone's one feature; returns ``((N, out), )``."""
         if len(x) != 1:
-            raise ValueError(
-                f'MoCoProjectionNeck expects one feature map, got {len(x)}: '
-                'set the backbone to output only its last stage (e.g. '
-                'out_indices=(3, ) for ResNet, out_indices=-1 for ViT)')
+            raise ValueError(f'MoCoProjectionNeck: {len(x)} feature maps; set '
+                             'the backbone out_indices to its last stage')
         feat = x[0]
         if self.with_avg_pool:
             feat = self.avgpool(feat)

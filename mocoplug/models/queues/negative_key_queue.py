@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""MoCo's queue of negative keys: those enqueued at step t are negatives from
-step t + 1 on, written when the queue is next read (docs/design_notes.md)."""
+"""MoCo's queue of negative keys, written when the queue is next read."""
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -14,20 +13,16 @@ from ..utils.precision import similarity_dtype
 
 @MODELS.register_module()
 class NegativeKeyQueue(BaseModule):
-    """FIFO queue of L2-normalised keys used as negatives by MoCo.
-
-    The dictionary-as-a-queue of `Momentum Contrast for Unsupervised Visual
-    Representation Learning <https://arxiv.org/abs/1911.05722>`_. Keys,
-    write pointer and optional ids are persistent buffers, the keys in the
-    model's floating dtype, never below ``float32``.
+    """FIFO queue of L2-normalised negative keys, the dictionary of
+    `Momentum Contrast for Unsupervised Visual Representation Learning
+    <https://arxiv.org/abs/1911.05722>`_; keys never below ``float32``.
 
     Args:
-        size (int): Number of keys K kept in the queue. Defaults to 65536.
-        dim (int): Dimension C of a key. Defaults to 128.
-        gather (bool): Whether :meth:`enqueue` all-gathers the keys of every
-            rank first (equal counts per rank). Defaults to True.
+        size (int): Number of keys K kept in the queue.
+        dim (int): Dimension C of a key.
+        gather (bool): Whether :meth:`enqueue` all-gathers every rank's keys.
         exclude_same_instance (bool): Whether to store the keys' dataset
-            indices for :meth:`same_instance_mask`. Defaults to False.
+            indices for :meth:`same_instance_mask`.
         init_cfg (dict or list[dict], optional): Initialization config dict.
     """
 
@@ -58,8 +53,7 @@ class NegativeKeyQueue(BaseModule):
         self.register_forward_pre_hook(_write_pending_before_forward)
 
     def forward(self) -> torch.Tensor:
-        """The queued keys (K, C), every enqueued batch written: the buffer
-        itself, no copy."""
+        """The queued keys (K, C), the buffer itself."""
         return self.keys
 
     @torch.no_grad()
@@ -69,15 +63,11 @@ class NegativeKeyQueue(BaseModule):
         """Push L2-normalised keys (N, C) and, with
         ``exclude_same_instance``, their dataset indices (N,)."""
         if keys.dim() != 2 or keys.shape[1] != self.dim:
-            raise ValueError(
-                'NegativeKeyQueue.enqueue: expected keys of shape '
-                f'(N, {self.dim}), got {tuple(keys.shape)}; set the queue '
-                "`dim` to the neck's out_channels")
+            raise ValueError(f'NegativeKeyQueue: keys {tuple(keys.shape)}; '
+                             "set `dim` to the neck's out_channels")
         if self.exclude_same_instance and ids is None:
-            raise ValueError(
-                'NegativeKeyQueue.enqueue: exclude_same_instance=True needs '
-                'the instance ids of the keys (the `sample_idx` PackInputs '
-                'stores)')
+            raise ValueError('NegativeKeyQueue: exclude_same_instance needs '
+                             "the keys' `sample_idx`")
         if self.gather and get_world_size() > 1:
             keys = torch.cat(all_gather(keys), dim=0)
             if self.exclude_same_instance:
@@ -97,8 +87,8 @@ class NegativeKeyQueue(BaseModule):
                        ids)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """Save as if the pending keys were written, without writing them (a
-        backward may still need the buffer)."""
+        """Save as if the pending keys were written (a backward may still
+        need the buffer)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if not self._pending:
             return
@@ -116,22 +106,19 @@ class NegativeKeyQueue(BaseModule):
 
     def same_instance_mask(
             self, ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """Bool (N, K), True where a queued key is an older key of the
-        query's image (``ids``: the N queries' dataset indices); None when
-        ``exclude_same_instance`` is off."""
+        """Bool (N, K), True where a queued key is of the query's image
+        (``ids``: dataset indices); None unless ``exclude_same_instance``."""
         if not self.exclude_same_instance:
             return None
         if ids is None:
-            raise ValueError(
-                'NegativeKeyQueue: exclude_same_instance=True needs the query '
-                'instance ids (the `sample_idx` PackInputs stores)')
+            raise ValueError('NegativeKeyQueue: exclude_same_instance needs '
+                             "the queries' `sample_idx`")
         self._write_pending()
         return ids.to(self.ids.device).view(-1, 1) == self.ids.view(1, -1)
 
     def _apply(self, fn, *args, **kwargs):
-        """Write the pending keys, then convert as any module, but keys never
-        drop below ``float32`` (converted from their value before the call,
-        not rounded through the lower precision)."""
+        """Write the pending keys, then convert; keys never drop below
+        ``float32`` (nor round through a lower precision)."""
         self._write_pending()
         keys = self.keys
         super()._apply(fn, *args, **kwargs)
@@ -154,8 +141,7 @@ def write_ring(buffer: torch.Tensor, ptr: torch.Tensor,
                id_buffer: Optional[torch.Tensor], keys: torch.Tensor,
                ids: Optional[torch.Tensor]) -> None:
     """Write a batch into a ring buffer in place, advancing ``ptr``, as if
-    key by key (a batch larger than the buffer keeps its newest keys); the
-    slots are computed on the device (no host sync)."""
+    key by key, without a host sync."""
     size, n = buffer.shape[0], keys.shape[0]
     offset = max(n - size, 0)
     keys = keys[offset:].to(buffer.dtype)

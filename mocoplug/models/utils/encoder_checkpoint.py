@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Start a MoCo run's encoders from released weights (continued
-pretraining, Reed et al., "Self-Supervised Pretraining Improves
-Self-Supervised Pretraining", WACV 2022), the checkpoint's layout
-recognised from its keys (:data:`LAYOUTS`)."""
+"""Start a MoCo run's encoders from released weights (continued pretraining,
+Reed et al., WACV 2022), the checkpoint's layout found from its keys."""
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
@@ -11,8 +9,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
-# name, backbone prefix, projection prefixes, keys that are not backbone
-# (torchvision's fc is a classifier: left out)
+# name, backbone prefix, projection prefixes, non-backbone keys (e.g. fc)
 LAYOUTS: List[Tuple[str, str, Tuple[str, ...], Tuple[str, ...]]] = [
     ('mocoplug / mmpretrain / mmselfsup', 'backbone.', ('neck.', ), ()),
     ('official MoCo v1/v2', 'module.encoder_q.', ('module.encoder_q.fc.', ),
@@ -49,11 +46,9 @@ def _under(state: Dict[str, torch.Tensor],
 
 def load_encoder_checkpoint(path: str, backbone: nn.Module,
                             neck: Optional[nn.Module]) -> Dict[str, str]:
-    """Load the query encoder of ``path`` into ``backbone``, whose tensors
-    must match exactly (names, shapes, none left over; else ValueError),
-    and into ``neck`` when the projection's shapes agree (by name, or in
-    order for the official layouts). Returns ``layout`` and ``neck``
-    ('loaded' or why it stayed fresh)."""
+    """Load the query encoder of ``path`` into ``backbone`` (exactly, else
+    ValueError) and into ``neck`` when the shapes agree. Returns ``layout``
+    and ``neck`` ('loaded' or why it stayed fresh)."""
     ckpt = _load_checkpoint(path, map_location='cpu')
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state:
@@ -81,8 +76,7 @@ def load_encoder_checkpoint(path: str, backbone: nn.Module,
             f'{len(required)} tensors of the backbone '
             f'({type(backbone).__name__}); tensors found per layout: '
             f'{"; ".join(tried)}. The checkpoint\'s keys start with '
-            f'{prefixes(list(state))}. Use a checkpoint of the same backbone '
-            '(depth, width) in one of these layouts.')
+            f'{prefixes(list(state))}.')
     backbone.load_state_dict(loaded, strict=False)
     report = dict(layout=name, neck='fresh: the checkpoint has no projection')
     if neck is not None:

@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Check at construction that the modules of a MoCo model fit together, a
-clear config error before any data is loaded."""
+"""Check at construction that a MoCo model's modules fit together."""
 from contextlib import contextmanager
 from typing import Optional
 
@@ -14,8 +13,7 @@ PROBE_SIZES = (32, 224)
 
 @contextmanager
 def _eval_mode(*modules: Optional[nn.Module]):
-    """Eval mode (no BN statistics update), each submodule's own
-    ``training`` flag restored afterwards."""
+    """Eval mode, each submodule's ``training`` flag restored after."""
     modules = [m for m in modules if m is not None]
     flags = [(m, m.training) for mod in modules for m in mod.modules()]
     for mod in modules:
@@ -33,11 +31,9 @@ def check_feature_dims(algorithm: str,
                        neck: nn.Module,
                        queue: Optional[nn.Module] = None,
                        predictor: Optional[nn.Module] = None) -> None:
-    """Check that backbone -> neck -> predictor fit, the predictor keeping
-    the neck's dimension, and that ``queue.dim`` is that dimension, with a
-    forward pass of a zero image in eval mode (no state changes). Skipped,
-    with an INFO log, when the backbone refuses 32 and 224 px; a ValueError
-    names ``algorithm`` and the field to set on a mismatch."""
+    """Check with a zero image in eval mode that backbone -> neck ->
+    predictor fit and ``queue.dim`` is the neck's (ValueError naming the
+    field to set); logged and skipped if the backbone refuses the probe."""
     with _eval_mode(backbone, neck, predictor):
         feats, error = None, None
         channels = getattr(backbone, 'in_channels', 3)

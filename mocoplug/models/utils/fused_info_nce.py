@@ -7,9 +7,8 @@ from .precision import similarity_dtype
 
 
 class _InfoNCEAgainstBank(torch.autograd.Function):
-    """InfoNCE against a bank of negatives, forward and backward written out
-    so that the (N, M) similarities are written once, never copied
-    (docs/design_notes.md, "The fused loss")."""
+    """InfoNCE against a bank of negatives, the (N, M) similarities written
+    once, never copied (docs/design_notes.md, "The fused loss")."""
 
     @staticmethod
     def forward(ctx, query: torch.Tensor, key: torch.Tensor,
@@ -60,17 +59,12 @@ def fused_info_nce(
     neg_mask: Optional[torch.Tensor] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The InfoNCE loss of `Momentum Contrast for Unsupervised Visual
-    Representation Learning <https://arxiv.org/abs/1911.05722>`_, eq. (1):
-    the cross-entropy of ``[q.k+, q.n_1 .. q.n_M] / t`` without the (N,
-    1 + M) logits, in :func:`~mocoplug.models.utils.similarity_dtype`, of
-    L2-normalised queries, keys (N, C) and negatives ``bank`` (M, C) less
-    those ``neg_mask`` (N, M) flags. Gradients flow to ``query`` only.
-    Returns the mean loss and whether each positive beat every negative.
-    """
+    Representation Learning <https://arxiv.org/abs/1911.05722>`_, eq. (1),
+    of L2-normalised queries, keys (N, C) and ``bank`` (M, C) less the
+    ``neg_mask`` (N, M), without the (N, 1 + M) logits; gradients to
+    ``query`` only. Returns the mean loss and per-query hits."""
     if key.requires_grad or bank.requires_grad:
-        raise ValueError(
-            'fused_info_nce: the keys and the negative bank must not '
-            'require gradients (they come from the momentum encoder); use '
-            'InfoNCEHead.loss(pos, neg) to backpropagate into them.')
+        raise ValueError('fused_info_nce: keys and bank must not require '
+                         'grad; use InfoNCEHead.loss(pos, neg) for that')
     return _InfoNCEAgainstBank.apply(query, key, bank, 1.0 / temperature,
                                      neg_mask)

@@ -20,22 +20,17 @@ def _summary(keys: List[str]) -> str:
 # re-initialisation only for that type (`_scope_='mocoplug'` selects it).
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class MoCoPretrainedInit(PretrainedInit):
-    """Initialise a module from the query encoder of a MoCo checkpoint.
-
-    Transfer as evaluated in `Momentum Contrast for Unsupervised Visual
-    Representation Learning <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2):
-    only the query encoder is carried over. Unlike mmengine's ``Pretrained``
-    it logs what it loaded, missed and skipped, and raises when the module
-    receives none of its tensors.
+    """Initialise a module from the query encoder of a MoCo checkpoint, as
+    `Momentum Contrast for Unsupervised Visual Representation Learning
+    <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2) transfers; logs what it
+    loaded and skipped, raises when the module receives none of its tensors.
 
     Args:
-        checkpoint (str): Path of the checkpoint (in mocoplug's configs
-            filled from ``pretrained`` by ``MoCoRunner``).
-        prefix (str, optional): Key prefix of the tensors to load
-            (``'backbone.'``; ``'module.encoder_q.'`` for the official
-            checkpoints), removed before matching. None loads every key,
-            less a leading ``module.``. Defaults to None.
-        map_location (str): Device to load on. Defaults to ``'cpu'``.
+        checkpoint (str): Path of the checkpoint (``pretrained`` fills it).
+        prefix (str, optional): Key prefix of the tensors to load, removed
+            (``'module.encoder_q.'`` for the official checkpoints); None loads
+            every key, less a leading ``module.``.
+        map_location (str): Device to load on.
     """
 
     def __init__(self,
@@ -59,13 +54,10 @@ class MoCoPretrainedInit(PretrainedInit):
     def __call__(self, module: nn.Module) -> None:
         if not self.checkpoint:
             raise ValueError(
-                'Pretrained: no checkpoint given. Name the MoCo checkpoint '
-                'with --cfg-options pretrained=PATH, or set '
-                'init_cfg.checkpoint in the config. `pretrained` reaches '
-                "this init_cfg through the config's runner_type "
-                "('mocoplug.MoCoRunner'), which `Runner.from_cfg(cfg)` "
-                'ignores: as tools/train.py and `mim train` do, call '
-                "`RUNNERS.build(cfg)` (mmengine.registry) instead.")
+                'Pretrained: no checkpoint given; pass --cfg-options '
+                'pretrained=PATH or set init_cfg.checkpoint. In your own '
+                'script call `RUNNERS.build(cfg)`: Runner.from_cfg ignores '
+                "the config's runner_type, which routes `pretrained`.")
         ckpt = _load_checkpoint(
             self.checkpoint, map_location=self.map_location)
         state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) \
@@ -77,10 +69,8 @@ class MoCoPretrainedInit(PretrainedInit):
         if not source:
             raise ValueError(
                 f'Pretrained: {self.checkpoint} has no keys under '
-                f'{self.prefix!r} (the query encoder); its keys start with '
-                f'{_summary(list(state))}. Set init_cfg.prefix to the '
-                "query encoder's prefix ('module.encoder_q.' for the "
-                'official MoCo checkpoints).')
+                f'{self.prefix!r}, only {_summary(list(state))}; set '
+                "init_cfg.prefix (official MoCo: 'module.encoder_q.').")
         target = module.state_dict()
         loaded = {
             k: v
@@ -94,11 +84,9 @@ class MoCoPretrainedInit(PretrainedInit):
         if not loaded:
             raise RuntimeError(
                 f'Pretrained: {name} received none of its {len(target)} '
-                f'tensors from {self.checkpoint} (prefix {self.prefix!r}); '
-                'it would silently start from random init. Checkpoint keys: '
-                f'{_summary(list(source))}; module keys: '
-                f'{_summary(list(target))}. Set init_cfg.prefix '
-                "(e.g. 'backbone.').")
+                f'tensors from {self.checkpoint} (prefix {self.prefix!r}; '
+                f'checkpoint: {_summary(list(source))}; module: '
+                f'{_summary(list(target))}); set init_cfg.prefix.')
         module.load_state_dict(loaded, strict=False)
         report = [
             f'Pretrained: {name} loaded {len(loaded)}/{len(target)} tensors '

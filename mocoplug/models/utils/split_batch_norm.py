@@ -11,8 +11,7 @@ SPLITTABLE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def memory_format(x: torch.Tensor) -> torch.memory_format:
-    """The memory format ``x`` is dense in: channels-last (2-D or 3-D) or
-    the default contiguous one."""
+    """The memory format ``x`` is dense in (channels-last or contiguous)."""
     if not x.is_contiguous():
         if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
             return torch.channels_last
@@ -23,9 +22,8 @@ def memory_format(x: torch.Tensor) -> torch.memory_format:
 
 
 class _ToMemoryFormat(torch.autograd.Function):
-    """A copy (so in-place layers may follow) of ``x`` in ``layout`` whose
-    gradient comes back in ``x``'s format (autograd's ``contiguous`` keeps
-    whatever format the gradient arrives in)."""
+    """A copy of ``x`` in ``layout`` whose gradient comes back in ``x``'s
+    format (autograd's ``contiguous`` keeps the gradient's)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor,
@@ -41,17 +39,13 @@ class _ToMemoryFormat(torch.autograd.Function):
 @MODELS.register_module('SplitBN')
 class SplitBatchNorm(_BatchNorm):
     """BatchNorm whose training statistics come from ``num_splits`` slices
-    of the batch, as if each slice sat on its own GPU.
-
-    The MoCo authors' single-GPU Shuffle BN (the ``SplitBatchNorm`` of the
-    CIFAR-10 demo of `Momentum Contrast for Unsupervised Visual
-    Representation Learning <https://arxiv.org/abs/1911.05722>`_). Sample
-    ``i`` belongs to slice ``i % num_splits``; running statistics are the
-    mean of the slices' updates. In eval mode a plain BatchNorm.
+    (sample ``i`` in slice ``i % num_splits``), the single-GPU Shuffle BN of
+    `Momentum Contrast for Unsupervised Visual Representation Learning
+    <https://arxiv.org/abs/1911.05722>`_ (its authors' CIFAR-10 demo).
 
     Args:
         num_features (int): Number of channels C.
-        num_splits (int): Number of slices. Defaults to 8.
+        num_splits (int): Number of slices.
         **kwargs: Other arguments of :class:`torch.nn.BatchNorm2d`.
     """
 
@@ -74,9 +68,7 @@ class SplitBatchNorm(_BatchNorm):
         n, c = x.shape[:2]
         splits = self.num_splits
         if n < splits:
-            raise ValueError(
-                f'SplitBatchNorm: a batch of {n} cannot be cut into '
-                f'{splits} slices; raise the batch size or lower num_splits')
+            raise ValueError(f'SplitBatchNorm: batch {n} < num_splits')
         # momentum None: _store_running does the cumulative average
         momentum = 1.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
@@ -122,8 +114,7 @@ class SplitBatchNorm(_BatchNorm):
     @classmethod
     def convert(cls, module: nn.Module, num_splits: int) -> nn.Module:
         """Replace, in place, every plain BatchNorm{1,2,3}d in ``module`` by a
-        split one sharing its parameters and buffers (not SyncBN). Returns
-        ``module``, or the new layer if ``module`` is a plain BatchNorm."""
+        split one sharing its tensors; returns ``module`` or the new layer."""
         if type(module) in SPLITTABLE:
             new = cls(
                 module.num_features,

@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Colour jitter on a batch, per-sample parameters, value for value the
-per-image :class:`~mocoplug.datasets.transforms.FastColorJitter` (PIL's
-blends bit for bit, hue within one grey level).
-
-Images are float32 ``B x 3 x H x W`` tensors holding uint8 values in mmcv's
-BGR order, as between two per-image transforms.
-"""
+"""Per-sample colour jitter of a float32 BGR batch (uint8 values), as the
+per-image :class:`~mocoplug.datasets.transforms.FastColorJitter`."""
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -18,16 +13,14 @@ _EPS = float(np.finfo(np.float32).eps)  # OpenCV's FLT_EPSILON
 
 
 def pil_luma(images: torch.Tensor) -> torch.Tensor:
-    """PIL's ``convert('L')`` of a BGR batch: ``(R * 19595 + G * 38470 + B *
-    7471 + 0x8000) >> 16``, int32 ``B x 1 x H x W``."""
+    """PIL's ``convert('L')`` of a BGR batch, int32 ``B x 1 x H x W``."""
     b, g, r = images.to(torch.int32).unbind(1)
     luma = (r * 19595 + g * 38470 + b * 7471 + 32768) >> 16
     return luma.unsqueeze(1)
 
 
 def pil_rounded_mean(luma: torch.Tensor) -> torch.Tensor:
-    """``int(mean + 0.5)`` of each sample's grey levels, as PIL's
-    ``ImageEnhance.Contrast``, in integers: ``(2 S + n) // (2 n)``."""
+    """PIL's ``int(mean + 0.5)`` of each sample's grey levels, in integers."""
     n = luma[0].numel()
     total = luma.sum(dim=(1, 2, 3), dtype=torch.int64)
     return (2 * total + n) // (2 * n)
@@ -35,9 +28,8 @@ def pil_rounded_mean(luma: torch.Tensor) -> torch.Tensor:
 
 def pil_blend(degenerate: torch.Tensor, images: torch.Tensor,
               factor: torch.Tensor) -> torch.Tensor:
-    """PIL's ``Image.blend(degenerate, images, factor)`` on uint8 values:
-    ``trunc(clip(d + f * (x - d), 0, 255))`` in float32, per sample
-    ``factor`` (``B``). Factor 1 returns ``images`` exactly."""
+    """PIL's ``Image.blend(degenerate, images, factor)``, per sample factor
+    (``B``), in float32; factor 1 returns ``images`` exactly."""
     factor = factor.to(torch.float32).view(-1, 1, 1, 1)
     degenerate = degenerate.to(torch.float32)
     out = degenerate + factor * (images - degenerate)
@@ -58,9 +50,8 @@ def enhance(images: torch.Tensor, op: torch.Tensor,
 
 
 def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV,
-    rounding once, as FastColorJitter's :func:`~mocoplug.datasets.transforms.
-    fast_color_jitter.rotate_hue` (within one grey level)."""
+    """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV, as
+    FastColorJitter (within one grey level)."""
     x = images * np.float32(1 / 255)
     b, g, r = x.unbind(1)
     value = torch.maximum(torch.maximum(r, g), b)
@@ -87,16 +78,13 @@ def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
 
 class BatchColorJitter:
     """mmpretrain's ``RandomApply([ColorJitter])`` on a batch: per sample,
-    with probability ``prob``, brightness, contrast, saturation and hue
-    factors drawn uniformly from their ranges and applied in a random
-    order (a uniform permutation, as torchvision and mmpretrain). The
-    blends run in slots before and after the batch's one hue rotation.
+    with probability ``prob``, uniform factors applied in a random order.
 
     Args:
         brightness, contrast, saturation (tuple, optional): ``(min, max)``
             factor ranges; None disables the operation.
         hue (tuple, optional): ``(min, max)`` hue factor range in turns.
-        prob (float): Probability of jittering a sample. Defaults to 1.
+        prob (float): Probability of jittering a sample.
     """
 
     def __init__(self,
@@ -142,8 +130,7 @@ class BatchColorJitter:
         for op, name in enumerate(FACTOR_NAMES[:3]):
             if name in params:
                 factors[:, op] = params[name]
-        # (built on the device: torch.tensor(list) would copy from the host
-        # and wait for the device)
+        # built on the device: torch.tensor(list) would wait for the host
         blends = torch.cat([
             torch.full((1, ), op, dtype=torch.long, device=apply.device)
             for op in self.blends

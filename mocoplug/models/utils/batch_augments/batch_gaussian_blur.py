@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Gaussian blur on a batch with a sigma per sample, bit-identical to
-OpenCV's uint8 fixed-point ``GaussianBlur`` as
-:class:`~mocoplug.datasets.transforms.FastGaussianBlur` calls it (kernel
-width ``2 ceil(3 sigma) + 1``, border ``BORDER_REFLECT_101``)."""
+"""Per-sample Gaussian blur, bit-identical to OpenCV's uint8 fixed point as
+:class:`~mocoplug.datasets.transforms.FastGaussianBlur` calls it."""
 import math
 from typing import Dict, Tuple
 
@@ -10,9 +8,8 @@ import torch
 
 
 def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
-    """OpenCV's uint8 Gaussian kernels for ``B`` float64 sigmas (0: the
-    identity): int32 ``B x (2 max_radius + 1)``, each summing to 256, zero
-    beyond its own half-width ``ceil(3 sigma) <= max_radius``."""
+    """OpenCV's uint8 kernels for ``B`` sigmas (0: identity), int32
+    ``B x (2 max_radius + 1)`` summing to 256."""
     sigma = sigma.to(torch.float64)
     identity = sigma <= 0
     sigma = torch.where(identity, torch.ones_like(sigma), sigma)
@@ -47,21 +44,17 @@ def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
 
 
 def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
-    """Source index of each padded position, OpenCV's BORDER_REFLECT_101
-    (``dcb|abcd|cba``)."""
+    """Source index of each padded position (BORDER_REFLECT_101)."""
     if radius >= size:
-        raise ValueError(f'BatchGaussianBlur: an image side of {size} px is '
-                         f'too small for a kernel of half-width {radius}')
-    index = torch.arange(-radius, size + radius, device=device)
-    index = index.abs()
+        raise ValueError(f'BatchGaussianBlur: {size} px < radius {radius}')
+    index = torch.arange(-radius, size + radius, device=device).abs()
     return torch.where(index >= size, 2 * (size - 1) - index, index)
 
 
 def fixed_point_blur(images: torch.Tensor,
                      kernels: torch.Tensor) -> torch.Tensor:
-    """Separable blur of float32 ``B x C x H x W`` uint8 values, one
-    integer kernel ``B x (2 r + 1)`` (sum 256) per sample, as OpenCV's fixed
-    point: exact integer sums (float32 holds them exactly), rounded once."""
+    """Separable blur of uint8-valued float32 images by per-sample kernels
+    ``B x (2 r + 1)``, as OpenCV's fixed point (exact sums, rounded once)."""
     radius = kernels.shape[1] // 2
     height, width = images.shape[-2:]
     weights = kernels.to(torch.float32).view(kernels.shape[0], 1, 1, 1, -1)
@@ -77,9 +70,8 @@ def fixed_point_blur(images: torch.Tensor,
 
 
 class BatchGaussianBlur:
-    """mmpretrain's ``GaussianBlur`` on a batch: with probability ``prob``
-    a sample is blurred with sigma drawn uniformly from ``sigma_range``,
-    ``(min, max)``, ``0 < min <= max``."""
+    """mmpretrain's ``GaussianBlur`` on a batch: with probability ``prob``,
+    sigma uniform in ``sigma_range`` (``0 < min <= max``)."""
 
     def __init__(self, sigma_range: Tuple[float, float], prob: float) -> None:
         low, high = (float(s) for s in sigma_range)

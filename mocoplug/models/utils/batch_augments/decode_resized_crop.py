@@ -1,9 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Decode a batch of image files on a device and cut the views' crops there,
-the device half of :class:`~mocoplug.datasets.transforms.CropBoxMultiView`:
-JPEGs decoded on the device (others on the CPU), EXIF orientation applied
-as OpenCV does, crops resized with PIL's antialiased filter as the workers'
-(two batched matrix products per view; docs/design_notes.md)."""
+"""The device half of :class:`~mocoplug.datasets.transforms.CropBoxMultiView`:
+decode images and cut the views' crops (PIL's antialiased resize) there."""
 import warnings
 from typing import Dict, Iterator, List, Sequence, Tuple
 
@@ -11,8 +8,7 @@ import torch
 import torchvision.io as tvio
 
 JPEG_MAGIC = b'\xff\xd8\xff'
-# the most elements of one padded float32 batch of images (1 GiB); larger
-# batches are resized in chunks of images of similar size
+# elements of one padded float32 batch (1 GiB); larger ones go in chunks
 PADDED_ELEMENTS = 2**28
 _DECODE_STREAMS: Dict[torch.device, torch.cuda.Stream] = {}
 
@@ -23,9 +19,8 @@ def _as_tensor(data: bytes) -> torch.Tensor:
 
 def decode_images(encoded: Sequence[bytes],
                   device: torch.device) -> List[torch.Tensor]:
-    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device``: JPEGs
-    on ``device`` (in one call, else one by one, else on the CPU), other
-    formats on the CPU."""
+    """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device`` (JPEGs
+    decoded there when it can, the others on the CPU)."""
     device = torch.device(device)
     images = [None] * len(encoded)
     jpegs = [i for i, data in enumerate(encoded) if data[:3] == JPEG_MAGIC]
@@ -45,10 +40,8 @@ def decode_images(encoded: Sequence[bytes],
 
 def _decode_jpegs(data: List[torch.Tensor],
                   device: torch.device) -> List[torch.Tensor]:
-    """``decode_jpeg`` of the files on ``device``, in one call, else one by
-    one (None for a file the device cannot decode). On CUDA on a side
-    stream, against torchvision's stream race (pytorch/vision PR #9606,
-    docs/design_notes.md)."""
+    """``decode_jpeg`` on ``device``, in one call, else one by one (None where
+    it fails); on CUDA on a side stream (torchvision's race, PR #9606)."""
 
     def decode(files):
         try:
@@ -94,13 +87,12 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
                  crop_boxes: torch.Tensor, flips: torch.Tensor,
                  sizes: Sequence[Tuple[int, int]], modes: Sequence[str],
                  device: torch.device) -> List[torch.Tensor]:
-    """Decode ``B`` files on ``device`` and cut every view: ``V`` uint8
-    ``B x 3 x h x w`` BGR views (as the workers'). ``orientations`` (``B``),
-    ``crop_boxes`` (``B x V x 4``: top, left, height, width in the oriented
-    image) and ``flips`` (``B x V``) are CPU tensors; ``sizes`` and
-    ``modes`` give each view's (height, width) and interpolation."""
+    """Decode ``B`` files on ``device`` and cut ``V`` uint8 ``B x 3 x h x w``
+    BGR views. ``orientations`` (``B``), ``crop_boxes`` (``B x V x 4``: top,
+    left, height, width) and ``flips`` (``B x V``) are CPU tensors (no device
+    sync); ``sizes``, ``modes``: each view's (height, width), interpolation.
+    """
     device = torch.device(device)
-    # (the boxes, flips and orientations are CPU tensors: no device sync)
     images = [
         apply_exif_orientation(image, orientation)
         for image, orientation in zip(
@@ -123,8 +115,7 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` on ``device``, from the host to CUDA through pinned memory
-    without a host wait."""
+    """``tensor`` on ``device`` (to CUDA via pinned memory, no host wait)."""
     device = torch.device(device)
     if device.type == 'cuda' and tensor.device.type == 'cpu' \
             and not tensor.is_pinned():
@@ -134,8 +125,8 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _chunks(shapes: Sequence[Tuple[int, int]],
             budget: int) -> Iterator[List[int]]:
-    """Indices of the images, by size, in runs whose zero-padded 3-channel
-    batch holds at most ``budget`` elements (or a single image)."""
+    """Image indices, by size, in runs of padded batches of at most
+    ``budget`` elements (or one image)."""
     order = sorted(
         range(len(shapes)), key=lambda i: shapes[i][0] * shapes[i][1])
     chunk, height, width = [], 0, 0
@@ -151,8 +142,7 @@ def _chunks(shapes: Sequence[Tuple[int, int]],
 
 
 def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The ``3 x H x W`` images as one float32 batch, zero-padded at the
-    bottom and right to the largest height and width."""
+    """The ``3 x H x W`` images as one float32 batch, zero-padded."""
     height = max(i.shape[-2] for i in images)
     width = max(i.shape[-1] for i in images)
     batch = images[0].new_zeros((len(images), 3, height, width),
@@ -164,10 +154,9 @@ def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
 
 def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
                    size: int, mode: str) -> torch.Tensor:
-    """The weights (``N x out x size`` float32, rows summing to 1) of PIL's
-    antialiased 'bilinear' or 'bicubic' resize (torch's ``interpolate(...,
-    antialias=True)``) of ``N`` spans (float ``starts``, ``lengths``) of an
-    axis of ``size`` pixels to ``out`` pixels."""
+    """Weights (``N x out x size``) of PIL's antialiased 'bilinear' or
+    'bicubic' resize of ``N`` spans (``starts``, ``lengths``) of an axis of
+    ``size`` pixels to ``out`` pixels."""
     starts, lengths = starts[:, None, None], lengths[:, None, None]
     scale = lengths / out
     stretch = scale.clamp(min=1.)  # the filter's support grows downscaling
@@ -190,10 +179,8 @@ def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
 
 def resized_crops(images: torch.Tensor, boxes: torch.Tensor,
                   size: Tuple[int, int], mode: str) -> torch.Tensor:
-    """Crop ``boxes`` of a padded float batch and resize them to ``size``
-    with PIL's antialiased filter (row weights @ images @ column weights).
-    ``boxes``: ``N x 4`` (top, left, height, width) on the images' device;
-    returns ``N x C x h x w`` float32, not rounded."""
+    """Crop ``boxes`` (``N x 4``: top, left, height, width) of a padded batch,
+    resized to ``size`` by PIL's filter (float32, unrounded)."""
     top, left, height, width = boxes.float().unbind(-1)
     rows = filter_weights(top, height, size[0], images.shape[-2], mode)
     cols = filter_weights(left, width, size[1], images.shape[-1], mode)

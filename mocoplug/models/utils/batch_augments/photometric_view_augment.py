@@ -16,37 +16,30 @@ from .batch_solarize import BatchSolarize
 
 
 def _magnitude_range(transform, name: str) -> Tuple[float, float]:
-    """The value range of an mmpretrain ``BaseAugTransform`` magnitude:
-    uniform on ``[v1, v1 + level / total (v2 - v1)]`` for
-    ``magnitude_std='inf'``, that one value for ``magnitude_std <= 0``."""
+    """The range of a ``BaseAugTransform`` magnitude (``magnitude_std`` 'inf'
+    or <= 0)."""
     v1, v2 = transform.magnitude_range
     top = v1 + transform.magnitude_level / transform.total_level * (v2 - v1)
     if transform.magnitude_std == 'inf':
         return (v1, top)
     if transform.magnitude_std <= 0:
         return (top, top)
-    raise ValueError(
-        f'{name}: the device path draws magnitudes uniformly '
-        "(magnitude_std='inf') or uses a fixed one (magnitude_std=0), got "
-        f'magnitude_std={transform.magnitude_std}')
+    raise ValueError(f"{name}: magnitude_std 'inf' or 0 on the device, got "
+                     f'{transform.magnitude_std}')
 
 
 def _color_jitter(jitter, prob: float, name: str) -> BatchColorJitter:
     if getattr(jitter, 'backend', 'pillow') != 'pillow':
-        raise ValueError(
-            f'{name}: the device path computes ColorJitter as its pillow '
-            f'backend does, got backend={jitter.backend!r}')
+        raise ValueError(f"{name}: backend 'pillow' on the device, got "
+                         f'{jitter.backend!r}')
     if getattr(jitter, 'hue_backend', 'float') != 'float':
-        raise ValueError(
-            f"{name}: the device path rotates the hue in float HSV "
-            "(hue_backend='float'); 'pillow' (8-bit HSV) is per-image only")
+        raise ValueError(f"{name}: hue_backend 'float' on the device")
     return BatchColorJitter(jitter.brightness, jitter.contrast,
                             jitter.saturation, jitter.hue, prob)
 
 
 def build_batch_op(cfg: dict):
-    """The batched operation of one photometric transform config, built
-    from the per-image transform (its checks and defaults apply)."""
+    """The batched operation of a photometric transform config."""
     name = transform_name(cfg)
     # RandomApply builds its inner transforms in the default scope
     with DefaultScope.overwrite_default_scope('mocoplug'):
@@ -58,9 +51,8 @@ def build_batch_op(cfg: dict):
         return _color_jitter(transform, 1., name)
     if name in ('RandomGrayscale', 'FastRandomGrayscale'):
         if not transform.keep_channels or transform.color_format == 'hsv':
-            raise ValueError(
-                f'{name}: the device path keeps 3 channels of a BGR/RGB '
-                'image (keep_channels=True, color_format bgr or rgb)')
+            raise ValueError(f'{name}: keep_channels=True and a BGR/RGB '
+                             'color_format on the device')
         return BatchRandomGrayscale(transform.prob, transform.channel_weights)
     if name in ('GaussianBlur', 'FastGaussianBlur'):
         if transform.radius is not None:
@@ -76,9 +68,8 @@ def build_batch_op(cfg: dict):
 
 
 class PhotometricViewAugment:
-    """The photometric steps of a view pipeline (as given to ``MultiView``;
-    its geometric steps are the workers'), applied in order to a batch of
-    views with per-sample random parameters."""
+    """The photometric steps of a ``MultiView`` view pipeline, on a batch
+    with per-sample parameters."""
 
     def __init__(self, pipeline: Sequence[dict]) -> None:
         self.geometric, device = split_view_pipeline(pipeline)
@@ -91,8 +82,7 @@ class PhotometricViewAugment:
 
     def __call__(self, views: torch.Tensor,
                  params: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
-        """Augment ``B x 3 x H x W`` views holding uint8 values; returns
-        float32 (the values stay integers in 0-255)."""
+        """Augment uint8-valued ``B x 3 x H x W`` views; returns float32."""
         images = views.to(torch.float32)
         for op, op_params in zip(self.ops, params):
             images = op(images, op_params)
