@@ -1,10 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mocoplug: MoCo v1/v2/v3 for the OpenMMLab ecosystem.
-
-``import mocoplug`` applies the patches of :mod:`mocoplug.compat` and
-registers every component but the detection ones
-(``import mocoplug.detection``).
-"""
+"""mocoplug: MoCo v1/v2/v3 for OpenMMLab; importing it applies the patches
+and registers every component but the detection ones."""
 from . import compat  # noqa: F401  (applies the patches first)
 from .version import __version__, version_info
 

@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mocoplug's registry nodes: children of mmpretrain's (``RUNNERS``: of
-mmengine's root), one for every kind and with their parent's import
-locations, so that ``default_scope = 'mocoplug'`` reaches mmpretrain's and
-mmengine's components too."""
+"""mocoplug's registries: children of mmpretrain's (``RUNNERS``: of
+mmengine's), so ``default_scope = 'mocoplug'`` reaches theirs too."""
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
@@ -10,7 +8,6 @@ from mmpretrain import registry as mmpretrain_registry
 _ENGINE = ['mocoplug.engine']
 _MODELS = ['mocoplug.models']
 _DATASETS = ['mocoplug.datasets']
-_EVALUATION = []
 
 
 def _child(name: str, parent: Registry, locations: list) -> Registry:
@@ -53,8 +50,8 @@ BATCH_AUGMENTS = _child('batch augment', mmpretrain_registry.BATCH_AUGMENTS,
 TASK_UTILS = _child('task util', mmpretrain_registry.TASK_UTILS, _MODELS)
 TOKENIZER = _child('tokenizer', mmpretrain_registry.TOKENIZER, _MODELS)
 
-METRICS = _child('metric', mmpretrain_registry.METRICS, _EVALUATION)
-EVALUATORS = _child('evaluator', mmpretrain_registry.EVALUATORS, _EVALUATION)
+METRICS = _child('metric', mmpretrain_registry.METRICS, [])
+EVALUATORS = _child('evaluator', mmpretrain_registry.EVALUATORS, [])
 
 VISUALIZERS = _child('visualizer', mmpretrain_registry.VISUALIZERS, [])
 VISBACKENDS = _child('vis_backend', mmpretrain_registry.VISBACKENDS, [])

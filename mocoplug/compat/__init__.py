@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """The compatibility patches ``import mocoplug`` applies
-(docs/design_notes.md#compatibility-patches): mmengine 0.10.7 checkpoints
-under torch >= 2.6 (:mod:`mocoplug_site.checkpoint`), mmcv 2.1.0's hue
-under numpy >= 2, ``mocoplug::`` config bases, mmcv-lite's
-``MultiScaleDeformableAttention`` warning, mmcv's ops from torchvision and
-mmpretrain 1.2 under transformers 5.
-"""
+(docs/design_notes.md#compatibility-patches)."""
 import warnings
 
 from mocoplug_site.checkpoint import (load_from_local,

@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Fix mmcv 2.1.0's ``adjust_hue`` under numpy >= 2: its
-``np.uint8(hue_factor * 255)`` raises ``OverflowError`` on a negative hue
-shift, so the same code with the shift wrapped modulo 256 replaces it.
-"""
+"""Fix mmcv 2.1.0's ``adjust_hue`` under numpy >= 2 (``np.uint8`` of a
+negative hue shift overflows): the shift is wrapped modulo 256."""
 from typing import Optional
 
 import cv2

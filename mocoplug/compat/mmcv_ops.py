@@ -1,9 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """mmcv's compiled ops served by torchvision where mmcv has none
-(docs/design_notes.md#mmcvs-ops-from-torchvision), for a process without
-:mod:`mocoplug_site`'s import hook or whose ``mmcv._ext`` does not load,
-and the device check of a compiled mmcv.
-"""
+(docs/design_notes.md#mmcvs-ops-from-torchvision)."""
 import importlib
 import sys
 from typing import Optional
@@ -45,13 +42,10 @@ def check_mmcv_ops_device(device: torch.device) -> None:
         return
     if ext.get_compiling_cuda_version() == 'not available':
         raise MMCVOpsDeviceError(
-            'This detector runs on CUDA, but the installed mmcv was compiled '
-            'without CUDA kernels (mmcv.ops.get_compiling_cuda_version() is '
-            "'not available'): its RoIAlign/nms would stop at the first "
-            "batch with 'implementation for device cuda:0 not found'. Either "
-            'install mmcv-lite (`pip uninstall -y mmcv && pip install '
-            'mmcv-lite==2.1.0`), whose ops mocoplug serves with torchvision '
-            f'on CPU and CUDA, or {FULL_MMCV} on a machine with nvcc.')
+            'This detector runs on CUDA, but the installed mmcv has no CUDA '
+            'kernels. Install mmcv-lite (`pip uninstall -y mmcv && pip '
+            'install mmcv-lite==2.1.0`; mocoplug serves its ops) or '
+            f'{FULL_MMCV} on a machine with nvcc.')
 
 
 def uses_mmcv_ops(model: torch.nn.Module) -> bool:

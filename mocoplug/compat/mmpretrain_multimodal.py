@@ -19,7 +19,6 @@ def skip_broken_multimodal() -> None:
             find_pruneable_heads_and_indices, prune_linear_layer)
     except Exception as exc:  # noqa: BLE001  (any failure breaks mmpretrain)
         dependency.WITH_MULTIMODAL = False
-        warnings.warn(
-            'mocoplug: this transformers does not provide what mmpretrain '
-            f'1.2\'s multimodal models import ({exc!r}); they are left out '
-            '(MoCo does not use them). Use transformers<5 to have them.')
+        warnings.warn(f'mocoplug: mmpretrain 1.2\'s multimodal models fail '
+                      f'to import ({exc!r}); they are left out (MoCo does '
+                      'not use them). Use transformers<5 to have them.')

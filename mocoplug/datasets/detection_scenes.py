@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Write composed scenes as PASCAL VOC and COCO detection datasets, in the
-real datasets' layout. A scene is an RGB image (HWC uint8) and its objects:
-dicts with ``name``, ``bbox`` (inclusive 0-based x1, y1, x2, y2) and, for
-COCO, ``polygon`` (float vertices) or ``mask`` (HxW bool)."""
+"""Write scenes (an HWC uint8 image and objects with ``name``, inclusive
+0-based ``bbox`` and ``polygon`` or ``mask``) as VOC and COCO datasets."""
 import json
 import os
 import os.path as osp
@@ -79,9 +77,8 @@ def write_coco_split(root: str,
                      scenes: List[Scene],
                      class_names: Sequence[str],
                      first_image_id: int = 1) -> str:
-    """Write ``scenes`` as ``root/{split}2017/`` and its instances json;
-    ``class_names`` get category ids 1, 2, ... in order. Returns the path
-    of the annotation file."""
+    """Write ``scenes`` as ``root/{split}2017/`` and its instances json
+    (category ids 1, 2, ... by ``class_names``); returns the json's path."""
     img_dir = osp.join(root, f'{split}2017')
     os.makedirs(img_dir, exist_ok=True)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
@@ -130,11 +127,9 @@ def digit_scenes(split: str,
                  max_objects: int = 3,
                  threshold: int = 64,
                  indices: Optional[np.ndarray] = None) -> List[Scene]:
-    """``num`` square scenes of 1 to ``max_objects`` handwritten digits of
-    :class:`DigitsDataset`'s ``split`` (or its positions ``indices``) on
-    black, sides drawn from ``digit_sizes``, without overlap. An object is
-    named by its digit, carries its scikit-learn index (``digit``), its
-    stroke mask (pixels above ``threshold``) and the mask's bounds."""
+    """``num`` scenes of 1 to ``max_objects`` non-overlapping digits of
+    :class:`DigitsDataset`'s ``split`` (or its ``indices``) on black; each
+    object has ``digit`` (its index) and a mask of pixels > ``threshold``."""
     from .digits import DigitsDataset
     digits = DigitsDataset(split=split, img_size=8, lazy_init=True)
     digits.full_init()

@@ -13,17 +13,14 @@ SPLITS = ('train', 'test', 'all')
 
 @DATASETS.register_module()
 class DigitsDataset(BaseDataset):
-    """scikit-learn's 1797 bundled 8x8 handwritten digits (no download),
-    scaled to [0, 255], resized bilinearly to ``img_size`` and repeated
-    over 3 channels (HWC uint8). A fixed, seed-independent stratified split
-    keeps ``test_ratio`` of each class for ``'test'``.
+    """scikit-learn's 1797 bundled 8x8 digits as HWC uint8 ``img_size``
+    images; a fixed stratified split keeps ``test_ratio`` for ``'test'``.
 
     Args:
         split (str): ``'train'`` (default), ``'test'`` or ``'all'``.
-        img_size (int): Side of the output images. Defaults to 32.
-        test_ratio (float): Share of each class for ``'test'``. Default 0.3.
-        with_label (bool): Whether samples carry ``gt_label`` (False for
-            pretraining). Defaults to True.
+        img_size (int): Side of the output images.
+        test_ratio (float): Share of each class for ``'test'``.
+        with_label (bool): Whether samples carry ``gt_label``.
         **kwargs: Other arguments of mmpretrain's ``BaseDataset``.
     """
 
@@ -88,9 +85,8 @@ class DigitsDataset(BaseDataset):
 
 
 def write_digits_folder(root: str, img_size: int = 32) -> Dict[str, int]:
-    """Write the digits as PNGs in ``CustomDataset`` layout,
-    ``root/train/<digit>/<index>.png`` and ``root/val/...`` (the ``'test'``
-    split), for the folder configs; returns the image count per folder."""
+    """Write the digits as ``root/{train,val}/<digit>/<index>.png`` (val:
+    the ``'test'`` split); returns the image count per folder."""
     from PIL import Image
 
     written = {}

@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Decode an image file as the training pipeline does, or say why it
-cannot be (``CheckedLoadImageFromFile``, ``tools/misc/check_images.py``)."""
+"""Decode an image file as the training pipeline does, or say why not."""
 import inspect
 import os
 from typing import List, Optional, Sequence
@@ -25,13 +24,10 @@ def decode_image(path: str,
                  backend: str = 'cv2',
                  color_type: str = 'color',
                  backend_args: Optional[dict] = None) -> np.ndarray:
-    """Read and decode an image as mmcv's ``LoadImageFromFile`` does
-    (``mmengine.fileio.get`` + ``mmcv.imfrombytes`` with ``backend`` and
-    ``color_type`` as its flag).
+    """Read and decode an image as mmcv's ``LoadImageFromFile`` does.
 
     Raises:
-        UnreadableImageError: With the reason (unreadable, empty, not
-            decodable, or no pixels).
+        UnreadableImageError: With the reason.
     """
     try:
         content = fileio.get(path, backend_args=backend_args)

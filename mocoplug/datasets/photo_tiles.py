@@ -38,24 +38,20 @@ def _load(name: str, short_side: int) -> np.ndarray:
 
 @DATASETS.register_module()
 class PhotoTilesDataset(BaseDataset):
-    """Square tiles of the photographs bundled with scikit-image and
-    scikit-learn (no download), labelled by their photograph (HWC uint8).
-
-    Each photograph, scaled to ``short_side``, is cut along its width:
-    ``'train'`` (``num_tiles`` seeded random tiles) and ``'memory'`` (a grid
-    of half-overlapping tiles) come from the left ``1 - test_ratio``,
-    ``'test'`` (a grid) from the held-out right part. ``'source'`` gives
-    random tiles of other images (``SOURCE``, china, flower), to pretrain a
-    stand-in for released weights.
+    """Square HWC uint8 tiles of scikit-image's and scikit-learn's bundled
+    photographs, labelled by photograph: ``'train'`` (random) and
+    ``'memory'`` (a half-overlapping grid) from the left ``1 - test_ratio``
+    of each, ``'test'`` (a grid) from the rest; ``'source'``: random tiles
+    of other images (``SOURCE``, china, flower).
 
     Args:
         split (str): ``'train'``, ``'memory'``, ``'test'`` or ``'source'``.
-        num_tiles (int): Tiles of ``'train'``/``'source'``. Default 1000.
-        tile (int): Tile side. Defaults to 32.
-        short_side (int): Photograph scale. Defaults to 192.
-        test_ratio (float): Share of the width held out. Default 0.25.
-        seed (int): Seed of the random positions. Defaults to 0.
-        with_label (bool): Whether samples carry ``gt_label``. Default True.
+        num_tiles (int): Tiles of ``'train'``/``'source'``.
+        tile (int): Tile side.
+        short_side (int): Photograph scale.
+        test_ratio (float): Share of the width held out.
+        seed (int): Seed of the random positions.
+        with_label (bool): Whether samples carry ``gt_label``.
     """
 
     METAINFO = {'classes': PHOTOS}
@@ -106,10 +102,8 @@ class PhotoTilesDataset(BaseDataset):
                 for y in range(0, region.shape[0] - t + 1, step):
                     for x in range(0, region.shape[1] - t + 1, step):
                         tiles.append((label, region[y:y + t, x:x + t]))
-        data_list = []
-        for label, img in tiles:
-            info = dict(img=np.ascontiguousarray(img))
-            if self.with_label:
-                info['gt_label'] = label
-            data_list.append(info)
-        return data_list
+        return [
+            dict(img=np.ascontiguousarray(img), gt_label=label)
+            if self.with_label else dict(img=np.ascontiguousarray(img))
+            for label, img in tiles
+        ]

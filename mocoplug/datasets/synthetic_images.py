@@ -10,22 +10,17 @@ from mocoplug.registry import DATASETS
 
 @DATASETS.register_module()
 class SyntheticImageDataset(BaseDataset):
-    """Made-up images generated when loaded, for full-size runs without a
-    dataset (``tools/gpu_check.py``).
-
-    Image ``i`` is a ``grid`` x ``grid`` array of random colours enlarged
-    bilinearly to ``img_size``, plus a little noise, drawn from a generator
-    seeded by ``(seed, i)``. Images are HWC uint8 under ``img`` (leave
-    ``LoadImageFromFile`` out of the pipeline).
+    """Made-up HWC uint8 images under ``img``, made when loaded (no
+    ``LoadImageFromFile``): image ``i`` is a ``grid`` x ``grid`` array of
+    random colours from ``(seed, i)``, enlarged to ``img_size``, plus noise.
 
     Args:
         num_images (int): Number of images.
-        img_size (int): Side of the square images. Defaults to 256.
-        grid (int): Colour cells per side. Defaults to 4.
-        num_classes (int): ``gt_label`` is ``i % num_classes``. Default 10.
-        with_label (bool): Whether samples carry ``gt_label``. Defaults to
-            False.
-        seed (int): Seed of the images. Defaults to 0.
+        img_size (int): Side of the square images.
+        grid (int): Colour cells per side.
+        num_classes (int): ``gt_label`` is ``i % num_classes``.
+        with_label (bool): Whether samples carry ``gt_label``.
+        seed (int): Seed of the images.
         **kwargs: Other arguments of mmpretrain's ``BaseDataset``.
     """
 
@@ -37,11 +32,9 @@ class SyntheticImageDataset(BaseDataset):
                  with_label: bool = False,
                  seed: int = 0,
                  **kwargs) -> None:
-        for name, value in dict(
-                num_images=num_images,
-                img_size=img_size,
-                grid=grid,
-                num_classes=num_classes).items():
+        names = ('num_images', 'img_size', 'grid', 'num_classes')
+        values = (num_images, img_size, grid, num_classes)
+        for name, value in zip(names, values):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f'SyntheticImageDataset: {name} must be a '
                                  f'positive int, got {value!r}')
@@ -55,13 +48,11 @@ class SyntheticImageDataset(BaseDataset):
 
     def load_data_list(self) -> List[dict]:
         """One entry per image; the pixels are made in get_data_info."""
-        data_list = []
-        for i in range(self.num_images):
-            info = dict(synthetic_index=i)
-            if self.with_label:
-                info['gt_label'] = i % self.num_classes
-            data_list.append(info)
-        return data_list
+        return [
+            dict(synthetic_index=i, gt_label=i %
+                 self.num_classes) if self.with_label else dict(
+                     synthetic_index=i) for i in range(self.num_images)
+        ]
 
     def image(self, index: int) -> np.ndarray:
         """The pixels of image ``index`` (HWC uint8)."""

@@ -7,8 +7,7 @@ from torch.utils.data import ConcatDataset
 
 def unwrap_dataset(dataset: Any) -> Any:
     """The dataset under wrappers that hold one in ``.dataset``
-    (``RepeatDataset``, ``ClassBalancedDataset``...); a ``BaseDataset`` or
-    ``ConcatDataset`` is returned as it is."""
+    (``RepeatDataset``...); a ``BaseDataset`` or ``ConcatDataset`` as is."""
     for _ in range(8):
         if isinstance(dataset, (BaseDataset, ConcatDataset)) or \
                 not hasattr(dataset, 'dataset'):

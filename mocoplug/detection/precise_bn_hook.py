@@ -18,19 +18,15 @@ from mocoplug.models.utils.precise_bn import precise_bn_stats
 class DetectionPreciseBNHook(Hook):
     """Recompute a detector's BN statistics before it is evaluated.
 
-    detectron2's ``TEST.PRECISE_BN``, on in the MoCo detection configs
-    (`He et al., CVPR 2020 <https://arxiv.org/abs/1911.05722>`_): the
-    running statistics become the average batch statistics of
-    ``num_iters`` training batches under the current weights (`Rethinking
-    "Batch" in BatchNorm <https://arxiv.org/abs/2105.07576>`_), with the
-    training forward on a separate loader over the training dataset.
+    detectron2's ``TEST.PRECISE_BN`` of the MoCo detection configs (`He et
+    al., CVPR 2020 <https://arxiv.org/abs/1911.05722>`_; `Wu and Johnson,
+    2021 <https://arxiv.org/abs/2105.07576>`_): the average batch statistics
+    of ``num_iters`` batches of a separate training loader.
 
     Args:
-        num_iters (int): Batches per process (detectron2's
-            ``TEST.PRECISE_BN.NUM_ITER``). Defaults to 200.
-        interval (int): Every ``interval`` iterations or epochs (by the
-            train loop), and always after the last one, before its
-            checkpoint and validation; 0: only at the end. Defaults to 0.
+        num_iters (int): Batches per process (``TEST.PRECISE_BN.NUM_ITER``).
+        interval (int): Every ``interval`` iterations or epochs, and after
+            the last one (before its checkpoint); 0: only at the end.
     """
 
     priority = 'ABOVE_NORMAL'  # before CheckpointHook (VERY_LOW)
@@ -46,17 +42,14 @@ class DetectionPreciseBNHook(Hook):
         self._calls = 0
 
     def precise_bn_loader(self, runner: Runner) -> DataLoader:
-        """A loader over the training dataset with a fresh shuffled order,
-        built like the training loader but independent of its iterator."""
+        """A loader like the training loader, with its own shuffled order."""
         train = runner.train_dataloader
         sampler = DefaultSampler(
             train.dataset, shuffle=True, seed=runner.seed or 0)
         sampler.set_epoch(self._calls)
         old = train.batch_sampler
         if old is None:
-            raise ValueError(
-                'DetectionPreciseBNHook needs a batched train_dataloader '
-                '(batch_size set), got batch_size=None')
+            raise ValueError('DetectionPreciseBNHook needs a batch_size')
         batch_sampler = type(old)(
             sampler, batch_size=old.batch_size, drop_last=old.drop_last)
         return DataLoader(
@@ -90,16 +83,14 @@ class DetectionPreciseBNHook(Hook):
                          batch_idx: int,
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
-        if isinstance(runner.train_loop, EpochBasedTrainLoop):
-            return
-        if (self.every_n_train_iters(runner, self.interval)
+        if not isinstance(runner.train_loop, EpochBasedTrainLoop) and (
+                self.every_n_train_iters(runner, self.interval)
                 or self.is_last_train_iter(runner)):
             self.run(runner)
 
     def after_train_epoch(self, runner: Runner) -> None:
-        if not isinstance(runner.train_loop, EpochBasedTrainLoop):
-            return
-        if (self.every_n_epochs(runner, self.interval)
+        if isinstance(runner.train_loop, EpochBasedTrainLoop) and (
+                self.every_n_epochs(runner, self.interval)
                 or self.is_last_train_epoch(runner)):
             self.run(runner)
 

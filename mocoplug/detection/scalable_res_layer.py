@@ -10,14 +10,12 @@ from mmpretrain.models.utils import build_norm_layer
 
 @MODELS.register_module()
 class ScalableResLayerExtraNorm(SharedResLayer):
-    """mmpretrain's ``ResLayerExtraNorm`` (the C4 res5 head followed by a
-    norm) at the backbone's ``base_channels`` (mmdet's is 64), so a slim
-    backbone keeps its pretrained res5.
+    """mmpretrain's ``ResLayerExtraNorm`` (C4 res5 head and a norm) at the
+    backbone's ``base_channels``, so a slim backbone keeps its res5.
 
     Args:
         depth (int): Depth of the ResNet whose stage this is.
         base_channels (int): Width of the ResNet's first stage.
-            Defaults to 64.
         **kwargs: The other arguments of mmdet's shared ``ResLayer``.
     """
 

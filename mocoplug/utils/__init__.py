@@ -1,6 +1,4 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-# The patches (mocoplug.compat) and the folder helpers (mocoplug.datasets)
-# stay importable here under the names they had.
 from ..compat import (load_from_local, patch_adjust_hue,
                       register_checkpoint_loader, register_config_package,
                       trusted_globals)

@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Switch a pretraining config to the device augmentation path in code (as
-the ``*_device-aug.py`` / ``*_device-decode.py`` configs do)."""
+"""Switch a pretraining config to the device augmentation path in code."""
 from mmengine.config import Config, ConfigDict
 
 LOADERS = ('LoadImageFromFile', 'CheckedLoadImageFromFile')
@@ -13,15 +12,11 @@ def _fail(problem: str):
 
 def use_device_augmentation(cfg: Config,
                             decode_on_device: bool = False) -> Config:
-    """Move the photometric steps of ``cfg``'s views to the model's device:
-    ``MultiView`` becomes ``GeometricMultiView`` and the data preprocessor
-    (and ``model.data_preprocessor``) ``DeviceAugmentDataPreprocessor``,
-    same views, mean, std and channel order. ``decode_on_device`` turns
-    ``[loader, MultiView, PackInputs]`` into ``[LoadImageBytes,
-    CropBoxMultiView, PackEncodedViews]``. Changes and returns ``cfg``.
-    """
-    # (imported here: mocoplug.utils is imported before mocoplug.datasets)
-    from mocoplug.datasets.transforms import view_pipeline_split
+    """Make ``MultiView`` ``GeometricMultiView`` (``decode_on_device``:
+    the pipeline ``[LoadImageBytes, CropBoxMultiView, PackEncodedViews]``)
+    and the data preprocessors ``DeviceAugmentDataPreprocessor``, same views
+    and normalisation. Changes and returns ``cfg``."""
+    from mocoplug.datasets.transforms import view_pipeline_split  # cycle
     transform_name = view_pipeline_split.transform_name
     pipeline = list(cfg.train_dataloader.dataset.get('pipeline', []))
     names = [transform_name(t) for t in pipeline]
@@ -57,8 +52,7 @@ def use_device_augmentation(cfg: Config,
         _fail(f'the data preprocessor {old["type"]} is not mmpretrain\'s '
               'SelfSupDataPreprocessor, which the device path extends')
     new = {k: v for k, v in old.items() if k not in ('type', '_scope_')}
-    new.update(views)
-    new = ConfigDict(type=PREPROCESSOR, **new)
+    new = ConfigDict(type=PREPROCESSOR, **dict(new, **views))
     cfg.data_preprocessor = new
     if 'data_preprocessor' in cfg.model:
         cfg.model.data_preprocessor = new

@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Let ``default_hooks.NAME=None`` switch off mocoplug's default hooks:
-mmengine 0.10.7 accepts None only for its own names, so ``MoCoRunner``
-registers :func:`enabled_default_hooks` of the config's ones instead."""
+"""Let ``default_hooks.NAME=None`` switch off mocoplug's default hooks
+(mmengine 0.10.7 accepts None only for its own)."""
 from typing import Dict
 
 # The names Runner.register_default_hooks knows (mmengine 0.10.7).

@@ -1,20 +1,14 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Route the one ``pretrained=...`` option of a config to its consumers.
-
-mmengine resolves config variables when the file is read, so
-``--cfg-options pretrained=PATH`` does not reach the ``init_cfg`` dicts
-written with ``pretrained``; :func:`fill_pretrained`, called by
-``MoCoRunner.from_cfg``, copies it there.
-"""
+"""Route a config's ``pretrained=...`` option to its ``init_cfg`` dicts
+(mmengine resolves variables when the file is read)."""
 from mmengine.config import Config
 
 from .walk_dicts import walk_dicts
 
 
 def fill_pretrained(cfg: Config) -> int:
-    """Copy ``cfg.pretrained``, if set, into every init_cfg of mocoplug's
-    ``Pretrained`` initialiser (``_scope_='mocoplug'``) of the model (in
-    place); returns how many received it."""
+    """Copy ``cfg.pretrained``, if set, into the model's init_cfgs of
+    mocoplug's ``Pretrained`` (in place); returns how many received it."""
     path = cfg.get('pretrained', None)
     if not path:
         return 0

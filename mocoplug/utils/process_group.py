@@ -16,8 +16,7 @@ def leave_process_group() -> None:
 
 def leave_process_group_at_exit() -> None:
     """Call :func:`leave_process_group` at interpreter exit (registered
-    once; ``MoCoRunner`` calls it after a successful run, so failed ranks
-    do not wait in the barrier)."""
+    once; ``MoCoRunner`` calls it after a successful run)."""
     global _REGISTERED
     if not _REGISTERED:
         atexit.register(leave_process_group)

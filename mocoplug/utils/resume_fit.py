@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Refuse to resume from a checkpoint whose model state does not fit.
-
-mmengine 0.10.7's ``Runner.resume`` loads with ``strict=False`` and only
-warns about tensors that do not fit; a resume continues the run that wrote
-the checkpoint, so here any such tensor is an error. ``load_from`` without
-``resume`` keeps mmengine's non-strict load.
-"""
+"""Refuse to resume from a checkpoint whose model state does not fit
+(mmengine 0.10.7's ``Runner.resume`` only warns)."""
 import re
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Sequence, Tuple
@@ -16,8 +11,7 @@ from mmpretrain.utils import get_ori_model
 
 # Runner.load_checkpoint's default revise_keys, which Runner.resume uses
 RESUME_REVISE_KEYS: Sequence[Tuple[str, str]] = ((r'^module.', ''), )
-# tensors listed per kind of mismatch (then the count of the rest)
-MAX_LISTED = 20
+MAX_LISTED = 20  # tensors listed per kind of mismatch
 Shape = Tuple[int, ...]
 
 
@@ -27,9 +21,8 @@ class ResumeMismatchError(RuntimeError):
 
 @dataclass
 class StateDictMismatch:
-    """Where a checkpoint's state dict and a model's differ: ``shapes``
-    ``(name, checkpoint shape, model shape)``, ``missing`` (from the
-    checkpoint) and ``unexpected`` (not in the model) names."""
+    """``shapes`` ``(name, checkpoint shape, model shape)``, ``missing``
+    and ``unexpected`` names of a checkpoint's state dict."""
     shapes: List[Tuple[str, Shape, Shape]] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)
     unexpected: List[str] = field(default_factory=list)
@@ -40,10 +33,9 @@ class StateDictMismatch:
 
 def compare_state_dict(model: nn.Module,
                        state_dict: Mapping[str, Any]) -> StateDictMismatch:
-    """Compare a state dict (keys revised) with the unwrapped model's own;
-    empty (falsy) when every tensor fits. As mmengine, a missing
-    ``num_batches_tracked`` is not reported; shapes are not compared for
-    lazy parameters, non-tensors and a module's ``variable_size_state``."""
+    """Compare a state dict with the unwrapped model's; falsy when it fits
+    (as mmengine, ``num_batches_tracked`` may be missing; lazy, non-tensor
+    and ``variable_size_state`` entries are not compared)."""
     expected = model.state_dict()
     variable_size = {
         f'{prefix}.{key}' if prefix else key
@@ -68,13 +60,6 @@ def compare_state_dict(model: nn.Module,
     return result
 
 
-def _listing(title: str, lines: List[str]) -> List[str]:
-    shown = [f'    {line}' for line in lines[:MAX_LISTED]]
-    if len(lines) > MAX_LISTED:
-        shown.append(f'    ... and {len(lines) - MAX_LISTED} more')
-    return [f'  {title} ({len(lines)}):'] + shown
-
-
 def format_mismatch(mismatch: StateDictMismatch) -> str:
     """The tensors that do not fit, one per line, by kind."""
     shapes = [
@@ -87,7 +72,10 @@ def format_mismatch(mismatch: StateDictMismatch) -> str:
                          ('in the checkpoint but not in the model',
                           mismatch.unexpected)):
         if names:
-            lines += _listing(title, names)
+            lines.append(f'  {title} ({len(names)}):')
+            lines += [f'    {name}' for name in names[:MAX_LISTED]]
+            if len(names) > MAX_LISTED:
+                lines.append(f'    ... and {len(names) - MAX_LISTED} more')
     return '\n'.join(lines)
 
 
@@ -95,14 +83,12 @@ def check_resume_fits(
         model: nn.Module,
         checkpoint: Mapping[str, Any],
         revise_keys: Sequence[Tuple[str, str]] = RESUME_REVISE_KEYS) -> None:
-    """Raise :class:`ResumeMismatchError`, listing the tensors and the fix,
-    unless every model tensor of the checkpoint (its ``state_dict`` entry,
-    or the whole mapping) loads into ``model`` (possibly wrapped) after the
-    key renames ``revise_keys``."""
+    """Raise :class:`ResumeMismatchError` unless the checkpoint's model
+    state (``state_dict`` or the mapping), keys revised, fits ``model``."""
     state_dict = dict(checkpoint.get('state_dict', checkpoint))
-    for pattern, replacement in revise_keys:  # as mmengine's loader
+    for pattern, repl in revise_keys:  # as mmengine's loader
         state_dict = {
-            re.sub(pattern, replacement, k): v
+            re.sub(pattern, repl, k): v
             for k, v in state_dict.items()
         }
     mismatch = compare_state_dict(get_ori_model(model), state_dict)
@@ -110,8 +96,7 @@ def check_resume_fits(
         return
     raise ResumeMismatchError(
         'Cannot resume: the checkpoint\'s model state does not fit this '
-        'model (mmengine would load it with strict=False and train on with '
-        'these tensors as initialised):\n' + format_mismatch(mismatch) +
+        'model:\n' + format_mismatch(mismatch) +
         '\nResume with the config the checkpoint was written with (a copy '
         'is the text of the checkpoint\'s meta["cfg"]). For a deliberate '
         'partial start from these weights, use load_from=CHECKPOINT '

@@ -3,9 +3,8 @@ from mmengine.registry import DefaultScope
 
 
 def register_all_modules(init_default_scope: bool = True) -> None:
-    """Register mocoplug's components (and mmpretrain's) in the registries
-    and, with ``init_default_scope``, make ``'mocoplug'`` the default scope
-    unless one is set."""
+    """Register mocoplug's components and, with ``init_default_scope``,
+    make ``'mocoplug'`` the default scope unless one is set."""
     import mocoplug.datasets  # noqa: F401,F811
     import mocoplug.engine  # noqa: F401,F811
     import mocoplug.evaluation  # noqa: F401,F811

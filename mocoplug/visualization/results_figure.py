@@ -58,9 +58,8 @@ def plot_results_figure(bar_tables: Sequence[Tuple[str, str, BarTable]],
                         curve_panels: Sequence[Tuple[str, str, Curves]],
                         path: str,
                         suptitle: str = '') -> str:
-    """Draw the bar tables (``(title, y label, table)`` per panel) on the
-    first row and the curves (``(title, x label, curves)``) on the second
-    into the PNG ``path``, which is returned."""
+    """Draw the bar tables (``(title, y label, table)``) over the curves
+    (``(title, x label, curves)``) into the PNG ``path``; returns it."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

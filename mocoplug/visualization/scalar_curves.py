@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Training curves from the scalars that mmengine's LocalVisBackend writes
-(``<work_dir>/<timestamp>/vis_data/scalars.json``, one JSON record a line)."""
+"""Training curves from LocalVisBackend's ``vis_data/scalars.json``."""
 import glob
 import json
 import os
@@ -14,7 +13,6 @@ PANELS = (
     ('lr.png', 'learning rate', ('lr', )),
     ('momentum.png', 'key-encoder momentum m', ('momentum', )),
     ('knn.png', 'weighted kNN top-1 (%)', ('knn/', )),
-    # RepresentationHealthHook's figures (see its docstring for the ranges)
     ('health_std.png', 'std of L2-normalised queries per dim (~1/sqrt(d); '
      'collapse: 0)', ('health/std', )),
     ('health_std_norm.png', 'std x sqrt(d) (healthy ~1, collapse 0)',
@@ -32,23 +30,16 @@ PANELS = (
 )
 
 
-def find_scalars(path: str) -> str:
-    """The scalars.json of a work dir (its latest run) or the file itself."""
-    if osp.isfile(path):
-        return path
-    found = sorted(
+def load_scalars(path: str) -> List[dict]:
+    """The scalar records of a work dir's latest run or a scalars.json."""
+    found = [path] if osp.isfile(path) else sorted(
         glob.glob(osp.join(path, '*', 'vis_data', 'scalars.json')) +
         glob.glob(osp.join(path, 'vis_data', 'scalars.json')))
     if not found:
         raise FileNotFoundError(
             f'No vis_data/scalars.json under {path!r}: pass a work dir of a '
             'training run (with the default LocalVisBackend) or the file')
-    return found[-1]
-
-
-def load_scalars(path: str) -> List[dict]:
-    """Read the scalar records of a run (a work dir or a scalars.json)."""
-    with open(find_scalars(path)) as f:
+    with open(found[-1]) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -67,9 +58,8 @@ def series(records: Sequence[dict], key: str) -> Dict[str, tuple]:
 
 def panel_lines(runs: Dict[str, Sequence[dict]],
                 keys: Sequence[str]) -> List[tuple]:
-    """The ``(legend label, steps, values)`` lines of one panel: one per
-    run and metric; the metric is named in the label when the panel has
-    several (or a key prefix such as 'knn/')."""
+    """The ``(legend label, steps, values)`` lines of one panel, one per
+    run and metric (named when the panel has several)."""
     lines = []
     for label, records in runs.items():
         for key in keys:
@@ -82,9 +72,8 @@ def panel_lines(runs: Dict[str, Sequence[dict]],
 
 def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
                        out_dir: str) -> List[str]:
-    """Draw one PNG per logged metric in ``out_dir``, one line per run of
-    ``runs`` (``{label: scalar records}``) and per kNN k; returns the paths.
-    """
+    """One PNG per logged metric in ``out_dir``, one line per run of
+    ``runs`` (``{label: records}``) and kNN k; returns the paths."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

@@ -13,9 +13,7 @@ def antialiased_resized_crop(image: torch.Tensor,
                              size: Tuple[int, int],
                              mode: str = 'bilinear') -> torch.Tensor:
     """Crop ``box`` (top, left, height, width) of a uint8 ``C x H x W``
-    image and resize it to ``size`` (height, width) with PIL's antialiased
-    ``mode`` filter, within 2 grey levels; returns a contiguous uint8
-    tensor."""
+    image, resized to ``size`` (h, w) as PIL's ``mode`` filter (2 levels)."""
     top, left, height, width = (int(v) for v in box)
     crop = image[None, :, top:top + height, left:left + width]
     if crop.device.type == 'cpu' and crop.dtype == torch.uint8:

@@ -14,18 +14,13 @@ from ..image_check import UnreadableImageError, decode_image
 @TRANSFORMS.register_module()
 class CheckedLoadImageFromFile(LoadImageFromFile):
     """mmcv's ``LoadImageFromFile`` raising :class:`UnreadableImageError`
-    (file, reason, dataset, fixes) on an unreadable image or, with
-    ``skip_unreadable``, warning and returning None (``BaseDataset`` then
-    fetches another) until more than ``max_unreadable_ratio`` of the
-    worker's loads failed (checked after ``min_attempts``).
+    on an unreadable image or, with ``skip_unreadable``, warning and
+    returning None (another image is fetched) up to a ratio of failures.
 
     Args:
         skip_unreadable (bool): Skip unreadable images with a warning.
-            Defaults to False.
-        max_unreadable_ratio (float): The largest share of failed loads
-            skipped. Defaults to 0.01.
-        min_attempts (int): Loads before the ratio is checked. Defaults to
-            100.
+        max_unreadable_ratio (float): The largest share of loads skipped.
+        min_attempts (int): Loads before the ratio is checked.
         **kwargs: Arguments of mmcv's ``LoadImageFromFile``, except
             ``ignore_empty`` (silent) and the deprecated ``file_client_args``.
     """
@@ -36,13 +31,11 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
                  min_attempts: int = 100,
                  **kwargs) -> None:
         if kwargs.get('ignore_empty'):
-            raise ValueError(
-                'CheckedLoadImageFromFile: use skip_unreadable=True instead '
-                'of ignore_empty=True (which skips silently)')
+            raise ValueError('CheckedLoadImageFromFile: use '
+                             'skip_unreadable=True, not ignore_empty=True')
         if kwargs.get('file_client_args') is not None:
-            raise ValueError(
-                'CheckedLoadImageFromFile: file_client_args is deprecated by '
-                'mmcv; pass the same dict as backend_args')
+            raise ValueError('CheckedLoadImageFromFile: pass '
+                             'file_client_args as backend_args')
         if not 0 <= max_unreadable_ratio < 1:
             raise ValueError(
                 'CheckedLoadImageFromFile: max_unreadable_ratio must be in '
@@ -91,13 +84,12 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
                 f'{failed} of the {tried} images this dataloader worker '
                 f'loaded could not be read ({100 * failed / tried:.1f}%), '
                 f'more than max_unreadable_ratio={self.max_unreadable_ratio}'
-                f' (dataset: {dataset}): {shown}. So many point to a wrong '
-                'folder or a damaged copy; check the data with `python '
-                f'tools/misc/check_images.py {folder}`.')
+                f' (dataset: {dataset}): {shown}. Check the data with '
+                f'`python tools/misc/check_images.py {folder}`.')
         print_log(
-            f'CheckedLoadImageFromFile: skipped unreadable image '
-            f'{filename!r} ({reason}); another image is loaded instead. '
-            f'Unreadable so far in this worker: {failed} of {tried} loads.',
+            f'CheckedLoadImageFromFile: skipped unreadable {filename!r} '
+            f'({reason}). Unreadable so far in this worker: {failed} of '
+            f'{tried} loads.',
             logger='current',
             level=logging.WARNING)
         return None
@@ -110,8 +102,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
 
 
 def _calling_dataset() -> Tuple[str, str]:
-    """Describe the dataset whose pipeline runs this transform, and name
-    its folder (found on the call stack: a transform has no reference)."""
+    """The calling dataset (from the stack) described, and its folder."""
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get('self')
@@ -122,5 +113,4 @@ def _calling_dataset() -> Tuple[str, str]:
             return desc + f', {len(owner)} images)', owner.data_root or \
                 'FOLDER'
         frame = frame.f_back
-    return ('unknown (the transform was not called by an mmengine '
-            'dataset)', 'FOLDER')
+    return 'unknown', 'FOLDER'

@@ -32,10 +32,8 @@ def _single_view_geometry(pipeline: List[dict]):
 
 @TRANSFORMS.register_module()
 class CropBoxMultiView(BaseTransform):
-    """Draw each view's crop box and flip from the image size alone, with
-    the draws of the view's ``RandomResizedCrop`` and ``RandomFlip``: the
-    worker half of decoding on the device
-    (:class:`~mocoplug.models.DeviceAugmentDataPreprocessor`).
+    """Draw each view's crop box and flip from the image size alone (its
+    ``RandomResizedCrop`` and ``RandomFlip``'s draws), for device decoding.
 
     Required keys: ``img_shape``. Added keys: ``crop_boxes`` (int64
     ``num_views x 4``: top, left, height, width), ``flips`` (bool).

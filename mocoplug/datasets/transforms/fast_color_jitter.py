@@ -12,8 +12,7 @@ from mocoplug.registry import TRANSFORMS
 
 def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
     """Rotate the hue of a uint8 RGB image by ``hue_factor`` of a turn in
-    float HSV, rounding once (torchvision's ``adjust_hue`` within 1 level).
-    """
+    float HSV, rounding once (torchvision's ``adjust_hue`` within 1 level)."""
     hsv = cv2.cvtColor(
         rgb.astype(np.float32) * np.float32(1 / 255), cv2.COLOR_RGB2HSV)
     hue = hsv[..., 0]  # degrees in [0, 360)
@@ -24,13 +23,9 @@ def rotate_hue(rgb: np.ndarray, hue_factor: float) -> np.ndarray:
 
 @TRANSFORMS.register_module()
 class FastColorJitter(ColorJitter):
-    """mmpretrain's ``ColorJitter`` (same arguments, same random draws), at
-    about half the cost: one PIL conversion for the four operations
-    (mmpretrain converts per operation) and the hue rotated in float HSV
-    with OpenCV instead of PIL's slow 8-bit HSV. Brightness, contrast and
-    saturation are bit-identical; the float hue differs from PIL's by 0.7
-    grey levels on average (PIL's own quantisation error), and
-    ``hue_backend='pillow'`` reproduces mmpretrain bit for bit.
+    """mmpretrain's ``ColorJitter`` (same arguments and random draws) with
+    one PIL conversion and the hue rotated in float HSV by OpenCV; only the
+    hue differs (``hue_backend='pillow'``: bit for bit).
 
     Required keys: ``img`` (uint8 BGR, H x W x 3). Modified keys: ``img``.
 

@@ -15,12 +15,9 @@ def kernel_size(sigma: float) -> int:
 
 @TRANSFORMS.register_module()
 class FastGaussianBlur(GaussianBlur):
-    """mmpretrain's ``GaussianBlur`` (same arguments, same random draws)
-    with OpenCV's separable Gaussian instead of PIL's slow box passes
-    (docs/design_notes.md#cpu-speed-choices).
-
-    A Gaussian of std ``radius``, kernel width :func:`kernel_size`,
-    reflected borders: torchvision's ``gaussian_blur`` within 1 grey level.
+    """mmpretrain's ``GaussianBlur`` (same arguments and draws) with
+    OpenCV's separable Gaussian (std ``radius``, reflected borders) instead
+    of PIL's slow box passes (docs/design_notes.md#cpu-speed-choices).
 
     Required keys: ``img`` (H x W x C). Modified keys: ``img``.
     """

@@ -21,12 +21,10 @@ class FastRandomGrayscale(RandomGrayscale):
         self._tables = None
 
     def _weighted_sum(self, img: np.ndarray) -> np.ndarray:
+        weights = np.array(self.channel_weights) / sum(self.channel_weights)
         if img.dtype != np.uint8:  # mmcv's own formula
-            weights = np.array(self.channel_weights)
-            return (weights / sum(self.channel_weights) * img).sum(axis=2)
+            return (weights * img).sum(axis=2)
         if self._tables is None:
-            weights = np.array(self.channel_weights)
-            weights = weights / sum(self.channel_weights)
             self._tables = [w * np.arange(256.) for w in weights]
         total = self._tables[0][img[..., 0]]
         for channel in range(1, img.shape[2]):

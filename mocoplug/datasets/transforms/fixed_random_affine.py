@@ -11,20 +11,17 @@ from mocoplug.registry import TRANSFORMS
 @TRANSFORMS.register_module()
 class FixedRandomAffine(BaseTransform):
     """A random shift/rotation/scale/contrast change drawn from
-    ``(seed, sample_idx)``: the same every time an image is loaded, for
-    comparing encoders on the same perturbed images.
+    ``(seed, sample_idx)``: the same every time an image is loaded.
 
     Required keys: ``img``, ``sample_idx``. Modified keys: ``img``.
 
     Args:
-        degrees (float): Rotation range [-degrees, degrees]. Defaults to 20.
+        degrees (float): Rotation range [-degrees, degrees].
         translate (float): Shift range [-t, t] x image size per axis.
-            Defaults to 0.1.
-        scale (Tuple[float, float]): Zoom range. Defaults to (0.8, 1.2).
-        contrast (Tuple[float, float]): Contrast factor range, around the
-            image mean. Defaults to (0.5, 1.5).
-        border_value (int): Fill value outside the image. Defaults to 0.
-        seed (int): Base seed. Defaults to 0.
+        scale (Tuple[float, float]): Zoom range.
+        contrast (Tuple[float, float]): Contrast range, around the mean.
+        border_value (int): Fill value outside the image.
+        seed (int): Base seed.
     """
 
     def __init__(self,

@@ -29,14 +29,10 @@ def _crop_and_flip(pipeline) -> Optional[Tuple]:
 
 @TRANSFORMS.register_module()
 class GeometricMultiView(MultiView):
-    """mmpretrain's ``MultiView`` running only the worker (geometric) steps
-    of each view pipeline (:func:`split_view_pipeline`); the photometric
-    ones are left to :class:`~mocoplug.models.DeviceAugmentDataPreprocessor`.
-
-    When every view is ``RandomResizedCrop(backend='pillow')`` plus an
-    optional horizontal ``RandomFlip``, the views are cut with the same
-    draws by :func:`antialiased_resized_crop` into uint8 ``3 x H x W``
-    tensors; other views stay ``H x W x 3`` arrays, as ``MultiView``'s.
+    """mmpretrain's ``MultiView`` running only the geometric steps of each
+    view (:func:`split_view_pipeline`). Views of ``RandomResizedCrop(
+    backend='pillow')`` and an optional horizontal flip become uint8 ``3 x
+    H x W`` tensors (:func:`antialiased_resized_crop`, same draws).
 
     Required keys: ``img``. Modified keys: ``img`` (a list of views).
 

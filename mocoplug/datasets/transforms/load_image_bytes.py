@@ -16,11 +16,10 @@ TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
 @TRANSFORMS.register_module()
 class LoadImageBytes(BaseTransform):
-    """Read an image file's bytes and its size after the EXIF orientation
-    from the header, without decoding it (the device decodes).
+    """Read an image file's bytes and oriented size, not decoding it.
 
-    Required keys: ``img_path``. Added keys: ``img_bytes``, ``img_shape``
-    and ``ori_shape`` ((height, width)), ``exif_orientation`` (1: none).
+    Required keys: ``img_path``. Added keys: ``img_bytes``, ``img_shape``,
+    ``ori_shape``, ``exif_orientation`` (1: none).
 
     Args:
         backend_args (dict, optional): mmengine file backend arguments.

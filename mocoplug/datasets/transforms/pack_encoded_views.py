@@ -7,13 +7,9 @@ from mocoplug.registry import TRANSFORMS
 
 @TRANSFORMS.register_module()
 class PackEncodedViews(PackInputs):
-    """mmpretrain's ``PackInputs`` for images still encoded: ``inputs`` is
-    a dict of ``encoded`` (the file's bytes), ``crop_boxes``, ``flips`` and
-    ``exif_orientation`` tensors, for the device decoder.
-
-    Required keys: ``img_bytes``, ``crop_boxes``, ``flips``,
-    ``exif_orientation``. Meta keys: as ``PackInputs``.
-    """
+    """mmpretrain's ``PackInputs`` for encoded images: ``inputs`` is a
+    dict of ``encoded`` bytes and ``crop_boxes``, ``flips`` and
+    ``exif_orientation`` tensors (the required keys, ``img_bytes`` too)."""
 
     def transform(self, results: dict) -> dict:
         missing = [

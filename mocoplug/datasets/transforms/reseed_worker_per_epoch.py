@@ -13,13 +13,12 @@ from mocoplug.registry import TRANSFORMS
 @TRANSFORMS.register_module()
 class ReseedWorkerPerEpoch(BaseTransform):
     """In a dataloader worker, seed Python's, NumPy's and torch's CPU
-    generators from ``(seed, epoch, rank, worker id)`` at the first sample
-    of each epoch (docs/design_notes.md#exact-resume); a no-op on the data,
-    added by :class:`~mocoplug.engine.hooks.ExactResumeHook`.
+    generators from ``(seed, epoch, rank, worker id)`` at each epoch's first
+    sample (docs/design_notes.md#exact-resume); the data is untouched.
 
     Args:
-        seed (int): Base seed (the runner's seed). Defaults to 0.
-        rank (int): Rank of this process. Defaults to 0.
+        seed (int): Base seed (the runner's seed).
+        rank (int): Rank of this process.
         epoch (torch.Tensor, optional): A shared-memory int64 scalar holding
             the current epoch; by default a new one holding -1.
     """

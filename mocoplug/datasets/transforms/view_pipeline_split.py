@@ -1,8 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Which steps of a view pipeline the workers run (geometric) and which the
-model's device runs (photometric), for the device augmentation path. Only
-flips commute with the photometric steps; any other order, or an unknown
-transform, is refused with the step named."""
+"""Split a view pipeline into the workers' geometric steps and the device's
+photometric steps, for the device augmentation path."""
 from typing import List, Sequence, Tuple, Union
 
 # geometric transforms run by the workers (names without scope prefix)
@@ -11,15 +9,13 @@ WORKER_TRANSFORMS = frozenset({
     'RandomCrop', 'NumpyToPIL', 'PILToNumpy', 'torchvision/RandomAffine',
     'FixedRandomAffine'
 })
-# photometric transforms the device runs batched (RandomApply only around
-# one colour jitter, as in every MoCo recipe)
+# photometric transforms the device runs batched
 DEVICE_TRANSFORMS = frozenset({
     'RandomApply', 'ColorJitter', 'FastColorJitter', 'RandomGrayscale',
     'FastRandomGrayscale', 'GaussianBlur', 'FastGaussianBlur', 'Solarize'
 })
 COLOR_JITTERS = frozenset({'ColorJitter', 'FastColorJitter'})
-# worker transforms that commute with every device transform
-COMMUTE_WITH_DEVICE = frozenset({'RandomFlip'})
+COMMUTE_WITH_DEVICE = frozenset({'RandomFlip'})  # with every device step
 
 
 def transform_name(cfg: Union[dict, object]) -> str:
@@ -37,9 +33,7 @@ def split_view_pipeline(
     device_steps)``, each in pipeline order.
 
     Raises:
-        ValueError: An unknown transform, a ``RandomApply`` around anything
-            but one colour jitter, or a non-flip geometric step after a
-            photometric one.
+        ValueError: A step the device path cannot run in this order.
     """
     worker, device = [], []
     for index, cfg in enumerate(pipeline):
@@ -51,29 +45,21 @@ def split_view_pipeline(
                 if len(inner) != 1 or transform_name(
                         inner[0]) not in COLOR_JITTERS:
                     raise ValueError(
-                        f'{where}: the device path applies RandomApply only '
-                        'around one ColorJitter/FastColorJitter, got '
-                        f'{[transform_name(t) for t in inner]}; use the '
-                        'per-image pipeline (MultiView) for this recipe')
+                        f'{where}: RandomApply is moved only around one '
+                        'ColorJitter/FastColorJitter; use MultiView')
             device.append(cfg)
         elif name in WORKER_TRANSFORMS:
             if device and name not in COMMUTE_WITH_DEVICE:
                 raise ValueError(
                     f'{where} comes after the photometric step '
-                    f'{transform_name(device[-1])}: the device path runs '
-                    'every photometric step after the workers\' geometric '
-                    f'ones, which only {sorted(COMMUTE_WITH_DEVICE)} '
-                    'commute with; move it before them or use the '
-                    'per-image pipeline (MultiView)')
+                    f'{transform_name(device[-1])}: move it before them or '
+                    'use MultiView')
             worker.append(cfg)
         else:
             raise ValueError(
-                f'{where}: unknown to the device augmentation path, which '
-                'runs the geometric transforms '
-                f'{sorted(WORKER_TRANSFORMS)} in the workers and the '
-                f'photometric ones {sorted(DEVICE_TRANSFORMS)} on the '
-                'device; use the per-image pipeline (MultiView) for this '
-                'recipe')
+                f'{where}: unknown to the device augmentation path (it knows '
+                f'{sorted(WORKER_TRANSFORMS | DEVICE_TRANSFORMS)}); use '
+                'MultiView')
     return worker, device
 
 

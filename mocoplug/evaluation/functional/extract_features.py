@@ -10,10 +10,8 @@ from torch.utils.data import DataLoader
 
 
 class FeatureShard(NamedTuple):
-    """One rank's share of the features of a labelled dataset: float32
-    ``feats`` (n, C), int64 ``labels`` (n, ) and increasing dataset indices
-    ``ids`` (n, ), on one device; over all ranks every index appears once.
-    """
+    """One rank's share of a labelled dataset's features: float32 ``feats``
+    (n, C), int64 ``labels`` (n, ) and increasing dataset indices ``ids``."""
     feats: torch.Tensor
     labels: torch.Tensor
     ids: torch.Tensor
@@ -40,9 +38,8 @@ def extract_feature_shard(
     dataloader: DataLoader,
     feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 ) -> FeatureShard:
-    """This rank's backbone features of a labelled dataset, in eval mode,
-    on the model's device; the sampler must split as ``DefaultSampler``
-    (whose padding rows are dropped).
+    """This rank's backbone features of a labelled dataset (eval mode, the
+    model's device); the sampler splits as ``DefaultSampler``.
 
     Args:
         model (nn.Module): A model (wrapped or not) with a
@@ -65,10 +62,8 @@ def extract_feature_shard(
         for data in dataloader:
             samples = data['data_samples']
             if not samples or 'gt_label' not in samples[0]:
-                raise ValueError(
-                    'kNN evaluation needs labelled images, but the dataset '
-                    'gives no gt_label: use a labelled split (e.g. '
-                    'with_label=True) for the memory and query sets')
+                raise ValueError('kNN evaluation needs labelled images (no '
+                                 'gt_label): e.g. with_label=True')
             # rows at positions >= size are the sampler's padding; the
             # positions increase, so the real rows are a prefix
             real = len(range(position, size, world_size)[:len(samples)])
@@ -100,8 +95,7 @@ def extract_feature_shard(
 
 def gather_feature_shards(shard: FeatureShard, dst: int = 0) -> FeatureShard:
     """The features of all ranks on rank ``dst``, on the CPU, in dataset
-    order (empty tensors on the other ranks); each rank sends one tensor
-    padded to the longest shard."""
+    order (empty tensors on the other ranks)."""
     rank, world_size = get_dist_info()
     if world_size == 1:
         return FeatureShard(*(t.cpu() for t in shard))
@@ -147,13 +141,8 @@ def extract_features(
     dataloader: DataLoader,
     feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Backbone features and labels of a labelled dataset on rank 0
-    (:func:`extract_feature_shard`, then :func:`gather_feature_shards`).
-
-    Returns:
-        Tuple[torch.Tensor, torch.Tensor]: Features (N, C) and labels (N, )
-        on the CPU, in dataset order (on rank 0; empty on other ranks).
-    """
+    """Features (N, C) and labels (N, ) of a labelled dataset on rank 0's
+    CPU, in dataset order (:func:`extract_feature_shard` gathered)."""
     shard = gather_feature_shards(
         extract_feature_shard(model, dataloader, feature_fn))
     return shard.feats, shard.labels

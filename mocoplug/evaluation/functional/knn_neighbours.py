@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The k nearest memory features of each query, in chunks, with ties
-broken by the memory index so that the result does not depend on how the
-memory is split into chunks or across ranks."""
+"""The k nearest memory features of each query, ties broken by memory
+index (independent of chunks and ranks)."""
 from typing import NamedTuple, Optional, Sequence
 
 import torch
@@ -42,8 +41,7 @@ def merge_neighbours(parts: Sequence[Neighbours], k: int) -> Neighbours:
 
 def top_columns(sim: torch.Tensor, k: int) -> torch.Tensor:
     """Columns of the k largest entries of every row, ties at the k-th
-    value broken towards the lower column (``torch.topk`` does not say);
-    only rows with such a tie are sorted."""
+    value broken towards the lower column (``torch.topk`` does not say)."""
     if k >= sim.shape[1]:
         return torch.arange(
             sim.shape[1], device=sim.device).expand(sim.shape[0], -1)
@@ -65,10 +63,9 @@ def nearest_neighbours(query: torch.Tensor,
                        k: int,
                        query_ids: Optional[torch.Tensor] = None,
                        bank_chunk: int = 32768) -> Neighbours:
-    """The k nearest :class:`Neighbours` (R, k, padded) in the memory
-    ``bank`` (n, C, any float dtype, increasing ``bank_ids``) of every
-    L2-normalised float32 ``query`` (R, C), ``bank_chunk`` rows at a time;
-    a query never has its own index in ``query_ids`` as neighbour."""
+    """The k nearest :class:`Neighbours` in ``bank`` (increasing
+    ``bank_ids``) of each L2-normalised float32 ``query`` row, none of them
+    the query's own index in ``query_ids``."""
     best = no_neighbours(query.shape[0], 0, query.device)
     for start in range(0, bank.shape[0], bank_chunk):
         block = bank[start:start + bank_chunk].to(query.device, torch.float32)
@@ -91,9 +88,8 @@ def nearest_neighbours(query: torch.Tensor,
 
 def weighted_votes(neighbours: Neighbours, k: int, num_classes: int,
                    temperature: float) -> torch.Tensor:
-    """Class scores (R, num_classes) of the weighted kNN vote: each of the
-    k nearest votes for its class with weight exp(similarity / t)
-    (`Wu et al., CVPR 2018 <https://arxiv.org/abs/1805.01978>`_)."""
+    """Class scores (R, num_classes): the k nearest vote with weight
+    exp(sim / t) (`Wu et al. <https://arxiv.org/abs/1805.01978>`_)."""
     weights = (neighbours.sims[:, :k] / temperature).exp()
     votes = weights.new_zeros(weights.shape[0], num_classes)
     return votes.scatter_add_(1, neighbours.labels[:, :k], weights)

@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Label efficiency: a linear classifier on frozen features trained with a
-small stratified share of the labels (the semi-supervised protocol of
-SimCLR / MoCo evaluations), with scikit-learn's logistic regression."""
+"""Label efficiency: scikit-learn's logistic regression on frozen features
+trained with a small stratified share of the labels (SimCLR / MoCo)."""
 from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,9 +18,8 @@ def stratified_label_subsets(labels: Array,
                              fraction: float,
                              draws: int,
                              seed: int = 0) -> List[np.ndarray]:
-    """Sorted indices into ``labels`` of ``draws`` seeded stratified
-    subsets (scikit-learn's ``StratifiedShuffleSplit``) of
-    ``floor(fraction * N)`` images, at least one per class."""
+    """Sorted indices of ``draws`` seeded stratified subsets of
+    ``floor(fraction * N)`` labels, at least one per class."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     labels = _numpy(labels)
@@ -45,10 +43,9 @@ def linear_probe_accuracy(train_feats: Array,
                           eval_sets: Dict[str, Tuple[Array, Array]],
                           subsets: Sequence[np.ndarray],
                           C: float = 1.0) -> Dict[str, List[float]]:
-    """``{name: [top-1 accuracy (%) per subset]}`` on every evaluation set
-    (``{name: (features, labels)}``) of a logistic regression (inverse L2
-    strength ``C``) fitted on each subset (indices) of the training
-    features, standardised with the statistics of all of them."""
+    """``{name: [top-1 (%) per subset]}`` on ``eval_sets`` of a logistic
+    regression (inverse L2 strength ``C``) fitted on each subset of the
+    standardised training features."""
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 

@@ -1,9 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Measures of a contrastive embedding's health (0-dim tensors on the
-input's device): alignment and uniformity of `Wang & Isola, ICML 2020
-<https://arxiv.org/abs/2005.10242>`_, and SimSiam's collapse indicator
-(`Chen & He, CVPR 2021 <https://arxiv.org/abs/2011.10566>`_, Sec. 4.1).
-"""
+"""Health of a contrastive embedding: `Wang & Isola, ICML 2020
+<https://arxiv.org/abs/2005.10242>`_ and SimSiam's collapse indicator
+(`Chen & He, CVPR 2021 <https://arxiv.org/abs/2011.10566>`_, Sec. 4.1)."""
 from typing import Sequence
 
 import torch
@@ -24,9 +22,8 @@ def alignment(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
-    """Wang & Isola's uniformity: ``log E exp(-t ||x_i - x_j||^2)`` over the
-    pairs i < j of the L2-normalised batch (N, d); 0 at collapse, lower is
-    more uniform."""
+    """Wang & Isola's uniformity, ``log E exp(-t ||x_i - x_j||^2)`` over the
+    pairs i < j of the L2-normalised batch; 0 at collapse."""
     x = F.normalize(x.float(), dim=1)
     return torch.pdist(x, p=2).pow(2).mul(-t).exp().mean().log()
 
@@ -34,9 +31,8 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
 def relative_parameter_distance(
         online: Sequence[torch.Tensor],
         target: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``||theta_target - theta_online|| / ||theta_online||`` over the
-    query (``online``) and key (``target``) encoders' tensors taken as one
-    vector."""
+    """``||theta_target - theta_online|| / ||theta_online||``, the
+    encoders' tensors taken as one vector."""
     online, target = list(online), list(target)
     if len(online) != len(target) or not online:
         raise ValueError('relative_parameter_distance: expected two equally '

@@ -22,21 +22,16 @@ def sharded_weighted_knn_accuracy(
         query_chunk: int = 4096,
         bank_chunk: int = 32768,
         distributed: bool = True) -> Dict[str, float]:
-    """Top-1 accuracy (percent) of the weighted kNN classifier, computed
-    where the features are: every rank keeps its shard of the memory.
-
-    The protocol of `Wu et al., CVPR 2018 <https://arxiv.org/abs/1805.01978>`_:
-    on L2-normalised features, the k most similar memory features vote for
-    their class with weight ``exp(sim / temperature)``. Ties go to the
-    lower dataset index, so the chunking and ranks do not matter.
+    """Top-1 accuracy (%) of the weighted kNN classifier of `Wu et al., CVPR
+    2018 <https://arxiv.org/abs/1805.01978>`_, every rank keeping its shard
+    of the memory (ties go to the lower dataset index).
 
     Args:
         query (FeatureShard): This rank's query features.
         bank (FeatureShard): This rank's memory features (any float dtype).
         num_classes (int): Number of classes.
-        topk (Sequence[int]): Numbers of neighbours (capped at the memory
-            size). Defaults to (20, 200).
-        temperature (float): Vote temperature. Defaults to 0.07.
+        topk (Sequence[int]): Numbers of neighbours (capped).
+        temperature (float): Vote temperature.
         exclude_self (bool): Leave-one-out: no query is its own neighbour.
         query_chunk (int): Queries per round, over all ranks.
         bank_chunk (int): Memory rows per matmul.

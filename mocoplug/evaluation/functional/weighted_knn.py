@@ -25,8 +25,8 @@ def weighted_knn_scores(query: torch.Tensor,
         bank (torch.Tensor): Bank features (N, D).
         bank_labels (torch.Tensor): Bank labels (N, ).
         num_classes (int): Number of classes.
-        k (int): Neighbours (capped at N). Defaults to 200.
-        temperature (float): Vote temperature. Defaults to 0.07.
+        k (int): Neighbours (capped at N).
+        temperature (float): Vote temperature.
         chunk_size (int): Queries per matmul.
         exclude_self (bool): Leave-one-out: the queries are the bank.
 
@@ -71,21 +71,13 @@ def weighted_knn_accuracy(query: torch.Tensor,
                           topk: Sequence[int] = (20, 200),
                           temperature: float = 0.07,
                           exclude_self: bool = False) -> Dict[str, float]:
-    """Top-1 accuracy (percent) of the weighted kNN classifier for each k,
-    in this process (:func:`sharded_weighted_knn_accuracy` with
-    ``distributed=False``). ``exclude_self``: leave-one-out, the queries
-    are the bank.
-
-    Returns:
-        Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
-    """
+    """:func:`sharded_weighted_knn_accuracy` in this process, the memory
+    given as ``bank`` and ``bank_labels``."""
     _check(query, bank, bank_labels, exclude_self)
 
     def shard(feats, labels):
-        device = feats.device
-        return FeatureShard(feats,
-                            labels.long().to(device),
-                            torch.arange(feats.shape[0], device=device))
+        ids = torch.arange(feats.shape[0], device=feats.device)
+        return FeatureShard(feats, labels.long().to(feats.device), ids)
 
     return sharded_weighted_knn_accuracy(
         shard(query, query_labels),
@@ -93,5 +85,5 @@ def weighted_knn_accuracy(query: torch.Tensor,
         num_classes,
         topk,
         temperature,
-        exclude_self=exclude_self,
+        exclude_self,
         distributed=False)
