@@ -1,11 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """mocoplug's benchmarks, one command with a sub-command per measurement.
 
-    python tools/benchmarks/benchmark.py COMMAND [options]
-
-Each command is ``tools/benchmarks/<command>.py`` (dashes as underscores),
-built on the harness in ``common.py``.
-"""
+Each is ``tools/benchmarks/<command>.py`` (dashes as underscores)."""
 import argparse
 import importlib
 import os.path as osp

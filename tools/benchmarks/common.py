@@ -1,10 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The harness of the benchmark sub-commands: options, short training runs,
-timing, the machine, tables and JSON.
-
-Every timed call is bracketed by :func:`synchronize` so that on CUDA the
-clock measures finished work.
-"""
+"""The harness of the benchmark sub-commands: options, short runs, timing
+(synchronized on CUDA), the machine, tables and JSON."""
 import argparse
 import importlib.util
 import json
@@ -16,6 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from mmengine.config import Config
+
+from mocoplug.engine.hooks.exact_resume_hook import cpu_model as cpu_name
 
 Device = Union[str, torch.device]
 # the repository root and its configs (this file is tools/benchmarks/...)
@@ -30,12 +28,12 @@ def parser(doc: str,
            device: bool = True,
            out: Optional[str] = '--out',
            **ints: Optional[int]) -> argparse.ArgumentParser:
-    """The options of ``benchmark.py command``, described by the first line
-    of ``doc``: ``--device`` (default: CUDA when visible), the JSON path
-    ``out``, and an integer option per item of ``ints`` with its default
-    (``img_size=64`` is ``--img-size 64``)."""
+    """The options of ``benchmark.py command``, described by ``doc``:
+    ``--device`` (default: CUDA when visible), the JSON path ``out``, and an
+    integer option per item of ``ints`` (``img_size=64``: ``--img-size 64``).
+    """
     parser = argparse.ArgumentParser(
-        prog=f'benchmark.py {command}', description=doc.split('\n')[0])
+        prog=f'benchmark.py {command}', description=' '.join(doc.split()))
     if device:
         parser.add_argument(
             '--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -51,9 +49,8 @@ def quiet_cfg(config: Union[str, Config],
               work_dir: str,
               iters: Optional[int] = None,
               log_level: str = 'WARNING') -> Config:
-    """``config`` run in ``work_dir`` at ``log_level``, without the kNN
-    monitor; with ``iters``, an iteration-based run of that length without
-    schedule, checkpoints or log lines."""
+    """``config`` in ``work_dir`` at ``log_level`` without the kNN monitor;
+    with ``iters``, that many iterations, no schedule, checkpoint or log."""
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     cfg.work_dir, cfg.log_level = work_dir, log_level
     cfg.custom_hooks = [
@@ -108,8 +105,7 @@ def median_ms(fn: Callable[[], Any],
               device: Device = 'cpu',
               repeats: int = 20,
               warmup: int = 3) -> float:
-    """Median wall time of ``fn()`` in milliseconds over ``repeats`` calls
-    after ``warmup`` untimed ones."""
+    """Median ms of ``fn()`` over ``repeats`` calls after ``warmup``."""
     for _ in range(warmup):
         timed_ms(fn, device)
     return statistics.median(timed_ms(fn, device) for _ in range(repeats))
@@ -121,12 +117,9 @@ def round_robin_ms(
         repeats: int = 20,
         warmup: int = 3,
         inputs: Optional[Sequence] = None) -> Dict[str, List[float]]:
-    """Wall times in milliseconds of each ``fns[name]`` over ``repeats``
-    rounds after ``warmup`` ones, the functions taking turns within each
-    round so that a load that comes and goes slows them alike.
-
-    With ``inputs``, round ``i`` calls ``fn(inputs[i % len(inputs)])``.
-    """
+    """Wall times in ms of each ``fns[name]`` over ``repeats`` rounds after
+    ``warmup``, taking turns in each round (a passing load slows them alike);
+    with ``inputs``, round ``i`` calls ``fn(inputs[i % len(inputs)])``."""
     times: Dict[str, List[float]] = {name: [] for name in fns}
     for i in range(warmup + repeats):
         for name, fn in fns.items():
@@ -145,14 +138,8 @@ def load_average() -> List[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def cpu_name() -> str:
-    from mocoplug.engine.hooks.exact_resume_hook import cpu_model
-    return cpu_model()
-
-
 def machine(device: Device) -> str:
-    """The device in words: the GPU's name, or the CPU, its cores, torch's
-    threads and the load average now."""
+    """The GPU's name, or the CPU, its cores, threads and load average."""
     if torch.device(device).type == 'cuda':
         return torch.cuda.get_device_name()
     return (f'CPU {cpu_name()}, {os.cpu_count()} cores, '
@@ -184,8 +171,7 @@ def print_rows(rows: Dict[str, Any], value: str = 'ms') -> None:
 
 
 def write_json(result: Any, path: Optional[str]) -> None:
-    """Write ``result`` to ``path`` as JSON (nothing when ``path`` is
-    None), its folder made if needed, and say where."""
+    """Write ``result`` to ``path`` (if any) as JSON, and say where."""
     if not path:
         return
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)

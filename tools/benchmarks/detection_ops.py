@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Time one detector training step and one test pass with the mmcv kernels
-mocoplug serves (torchvision) against compiled mmcv's, same model and
-batch, the two taking turns (served only without a compiled mmcv).
-
-    python tools/benchmarks/benchmark.py detection-ops [--config VOC_C4] \\
-        [--size 320] [--batch 2] [--rois 64] [--device cpu]
-"""
+"""Time a detector's training step and test pass on the mmcv kernels
+mocoplug serves against compiled mmcv's (when installed), taking turns."""
 import importlib
 import math
 import os.path as osp
@@ -17,16 +12,13 @@ from mmengine.registry import DefaultScope
 
 from mocoplug.compat.mmcv_ops import ServedOps, serve_mmcv_ops
 from .common import CONFIGS, machine, markdown_table, parser, round_robin_ms
-from .detection_zoo import random_boxes
+from .detection_zoo import synthetic_batch
 
 
 def build(config: str, size: int, batch: int, rois: int, device: str):
-    """The config's detector (SyncBN as BN; ``rois`` RoIs per image in
-    training and testing) and a batch of ``batch`` random ``size`` x
-    ``size`` images with 3 boxes each."""
+    """The config's detector (SyncBN as BN; ``rois`` RoIs per image) and
+    :func:`synthetic_batch`'s images as floats in [0, 1] and samples."""
     from mmdet.registry import MODELS
-    from mmdet.structures import DetDataSample
-    from mmengine.structures import InstanceData
 
     cfg = Config.fromstring(
         Config.fromfile(config).pretty_text.replace("'SyncBN'", "'BN'"), '.py')
@@ -34,23 +26,11 @@ def build(config: str, size: int, batch: int, rois: int, device: str):
     cfg.model.test_cfg.rpn.max_per_img = rois
     with DefaultScope.overwrite_default_scope('mmdet'):
         model = MODELS.build(cfg.model).to(device)
-    gen = torch.Generator().manual_seed(0)
-    samples = []
-    for _ in range(batch):
-        shape = (size, size)
-        sample = DetDataSample(
-            metainfo=dict(
-                img_shape=shape,
-                ori_shape=shape,
-                scale_factor=(1., 1.),
-                pad_shape=shape,
-                batch_input_shape=shape))
-        boxes, labels = random_boxes(gen, size, 20)
-        sample.gt_instances = InstanceData(
-            bboxes=boxes.to(device), labels=labels.to(device))
-        samples.append(sample)
-    inputs = torch.rand(batch, 3, size, size, generator=gen).to(device)
-    return model, inputs, samples
+    data = synthetic_batch(size, batch, 20, device)
+    for sample in data['data_samples']:
+        sample.set_metainfo(dict(pad_shape=(size, size)))
+        sample.set_metainfo(dict(batch_input_shape=(size, size)))
+    return model, torch.stack(data['inputs']) / 255, data['data_samples']
 
 
 def main(argv=None):
@@ -97,14 +77,8 @@ def main(argv=None):
 
     rows = []
     for step, fn in (('train step', train_step), ('test pass', test_pass)):
-        times = round_robin_ms(
-            {
-                name: (lambda ext=ext: fn(ext))
-                for name, ext in kernels.items()
-            },
-            args.device,
-            repeats=args.repeats,
-            warmup=2)
+        fns = {n: (lambda e=e: fn(e)) for n, e in kernels.items()}
+        times = round_robin_ms(fns, args.device, args.repeats, warmup=2)
         for name, ms in times.items():
             ms = sorted(ms)
             rows.append(

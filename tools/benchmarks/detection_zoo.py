@@ -1,12 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""mmdet's model zoo on this environment's mmcv: per packaged config, the
-detector built from random init, one training step and one test pass on
-random images (only the sizes changed), and what stopped it (the mmcv
-kernel, or the error) or the served kernels it called.
-
-    python tools/benchmarks/benchmark.py detection-zoo [--size 128] \\
-        [--device cpu] [--configs retinanet/retinanet_r50_fpn_1x_coco.py ...]
-"""
+"""mmdet's model zoo on this mmcv: per packaged config, one training step
+and one test pass on random images, and what stopped it or the served
+kernels it called."""
 import os.path as osp
 import time
 import traceback
@@ -72,8 +67,7 @@ def small_config(path: str) -> Config:
 
 
 def loaded_annotations(cfg: Config) -> dict:
-    """What the config's training pipeline loads besides boxes:
-    ``with_mask`` and ``with_seg`` of its ``LoadAnnotations``."""
+    """``with_mask`` and ``with_seg`` of the train pipeline's annotations."""
     found = dict(with_mask=False, with_seg=False)
 
     def read(node: dict) -> None:
@@ -84,14 +78,6 @@ def loaded_annotations(cfg: Config) -> dict:
     return found
 
 
-def random_boxes(gen: torch.Generator, size: int, num_classes: int) -> tuple:
-    """3 random boxes in a ``size`` x ``size`` image and their labels."""
-    xy = torch.rand(3, 2, generator=gen) * size * 0.6
-    wh = torch.rand(3, 2, generator=gen) * size * 0.3 + size * 0.1
-    return torch.cat([xy, xy + wh], 1), torch.randint(
-        0, num_classes, (3, ), generator=gen)
-
-
 def synthetic_batch(size: int,
                     batch: int,
                     num_classes: int,
@@ -99,9 +85,8 @@ def synthetic_batch(size: int,
                     with_mask: bool = False,
                     with_seg: bool = False,
                     seed: int = 0) -> dict:
-    """``batch`` random ``size`` x ``size`` images with 3 boxes each (and
-    their masks, an all-zero semantic map), as mmdet's data loaders give
-    them (uint8 images, DetDataSample) before the data preprocessor."""
+    """``batch`` random uint8 images with 3 boxes each (masks, an all-zero
+    semantic map) and their DetDataSample, as mmdet's data loaders give."""
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData, PixelData
@@ -109,7 +94,10 @@ def synthetic_batch(size: int,
     gen = torch.Generator().manual_seed(seed)
     inputs, samples = [], []
     for _ in range(batch):
-        boxes, labels = random_boxes(gen, size, num_classes)
+        xy = torch.rand(3, 2, generator=gen) * size * 0.6
+        wh = torch.rand(3, 2, generator=gen) * size * 0.3 + size * 0.1
+        boxes = torch.cat([xy, xy + wh], 1)
+        labels = torch.randint(0, num_classes, (3, ), generator=gen)
         masks = torch.zeros(3, size, size, dtype=torch.uint8)
         for mask, (x1, y1, x2, y2) in zip(masks, boxes.long().tolist()):
             mask[y1:y2, x1:x2] = 1
@@ -148,13 +136,9 @@ def count_served_kernels() -> Counter:
 
 
 def run_row(config: str, size: int = 128, device: str = 'cpu') -> dict:
-    """Build ``config`` (a path, or relative to mmdet's packaged configs),
-    run one training step and one test pass.
-
-    Returns:
-        dict: ``config``, ``status`` ('ok', or the kernel or error that
-        stopped it), ``stage``, ``kernels`` (served kernels called), ``s``.
-    """
+    """One training step and test pass of ``config`` (a path, or relative
+    to mmdet's configs): ``config``, ``status`` ('ok', or the kernel or error
+    that stopped it), ``stage``, ``kernels`` (served ones called), ``s``."""
     from mmdet.registry import MODELS
     from mmengine.logging import MessageHub
     path = config if osp.isfile(config) else osp.join(MMDET_CONFIGS, config)

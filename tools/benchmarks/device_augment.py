@@ -1,14 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Cost of the device augmentation path, and training speed per path.
-
-The batched augmentation (and with ``--decode`` the JPEG decode) of the MoCo
-v2 device configs per image at each of ``--batches``, on the CPU and CUDA
-when available; with ``--e2e`` the images/s of short training runs per path
-and number of data-loader workers.
-
-    python tools/benchmarks/benchmark.py device-augment [--batches 32 256] \\
-        [--rounds 3] [--threads 1] [--decode] [--e2e] [--iters 20]
-"""
+"""Per-image cost of the device augmentation (``--decode``: and decoding)
+at each of ``--batches``; ``--e2e``: images/s of short runs per path."""
 import os
 import os.path as osp
 import tempfile
@@ -17,12 +9,12 @@ from typing import List
 
 import torch
 from mmengine.config import Config
-from mmengine.dataset import default_collate
+from mmengine.dataset import Compose, default_collate
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS, DefaultScope
 
 import mocoplug  # noqa: F401  (registers everything)
-from mocoplug.registry import MODELS, TRANSFORMS
+from mocoplug.registry import MODELS
 from mocoplug.utils import use_device_augmentation
 from .common import (CONFIGS, DIGITS, cpu_name, load_average, markdown_table,
                      median_ms, parser, quiet_cfg, write_json)
@@ -70,18 +62,13 @@ def batched_costs(batch: int, device: torch.device, rounds: int) -> dict:
 
 def encoded_batch(paths: List[str], batch: int) -> dict:
     """A collated batch of the _device-decode pipeline's worker output."""
-    cfg = Config.fromfile(V2_DECODE)
     with DefaultScope.overwrite_default_scope('mocoplug'):
-        steps = [
-            TRANSFORMS.build(t) for t in cfg.train_dataloader.dataset.pipeline
-        ]
-    samples = []
-    for i in range(batch):
-        results = dict(img_path=paths[i % len(paths)], sample_idx=i)
-        for step in steps:
-            results = step(results)
-        samples.append(results)
-    return default_collate(samples)
+        pipeline = Compose(
+            Config.fromfile(V2_DECODE).train_dataloader.dataset.pipeline)
+    return default_collate([
+        pipeline(dict(img_path=paths[i % len(paths)], sample_idx=i))
+        for i in range(batch)
+    ])
 
 
 def decode_costs(batch: int, device: torch.device, rounds: int,
@@ -120,20 +107,18 @@ def resnet18_folder_cfg(path: str, data_root: str, batch: int) -> Config:
         view[0].scale = 64
     cfg.train_dataloader.dataset.data_root = data_root
     cfg.train_dataloader.batch_size = batch
-    if path != 'per-image':
-        use_device_augmentation(cfg, decode_on_device=path == 'device-decode')
-    return cfg
+    return on_path(cfg, path)
 
 
-def digits_cfg(path: str) -> Config:
-    cfg = Config.fromfile(DIGITS)
-    if path != 'per-image':
-        use_device_augmentation(cfg)
-    return cfg
+def on_path(cfg: Config, path: str) -> Config:
+    """``cfg`` on the augmentation path ``path`` (per-image: unchanged)."""
+    if path == 'per-image':
+        return cfg
+    return use_device_augmentation(cfg, path == 'device-decode')
 
 
 def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
-    runs = [('digits', p, lambda p=p: digits_cfg(p))
+    runs = [('digits', p, lambda p=p: on_path(Config.fromfile(DIGITS), p))
             for p in ('per-image', 'device-aug')]
     runs += [('resnet18-64px-folder', p,
               lambda p=p: resnet18_folder_cfg(p, folder, batch))
@@ -180,10 +165,8 @@ def main(argv=None):
         warmup=5,
         e2e_batch=32)  # of the ResNet-18 folder runs
     p.add_argument('--batches', type=int, nargs='+', default=[32, 256])
-    p.add_argument(
-        '--decode', action='store_true', help='time decoding on the device')
-    p.add_argument(
-        '--e2e', action='store_true', help='time short training runs')
+    p.add_argument('--decode', action='store_true')  # decoding on the device
+    p.add_argument('--e2e', action='store_true')  # short training runs
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     devices = [torch.device('cpu')]
@@ -228,14 +211,9 @@ def main(argv=None):
                   f'{args.warmup} of {args.iters} iterations):')
             result['end_to_end'] = end_to_end(args.iters, args.warmup, folder,
                                               args.e2e_batch)
+            columns = {k: k for k in ('run', 'path', 'workers', 'batch')}
             print('\n' + markdown_table(
-                result['end_to_end'],
-                dict(
-                    run='run',
-                    path='path',
-                    workers='workers',
-                    batch='batch',
-                    images_per_s='images/s')))
+                result['end_to_end'], dict(columns, images_per_s='images/s')))
     result['load_average_after'] = load_average()
     print(f'\nload average after: {result["load_average_after"]}')
     write_json(result, args.out)

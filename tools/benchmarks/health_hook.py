@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Cost of RepresentationHealthHook per iteration on a config (default:
-the digits demo): training steps unchecked and checked, the hook's work
-on a checked and on an unchecked iteration, medians in ms.
-
-    python tools/benchmarks/benchmark.py health-hook [CONFIG] \\
-        [--steps 20]
-"""
+the digits demo), checked and unchecked, medians in ms."""
 import os.path as osp
 import statistics
 import tempfile
@@ -67,16 +62,13 @@ def main(argv=None) -> dict:
     print(f'config: {osp.relpath(args.config)}')
     print(f'threads: {torch.get_num_threads()}, check every '
           f'{hook.interval} iterations')
+    amortised = (check + (hook.interval - 1) * idle) / hook.interval
     print_rows({
-        'training step (unchecked)':
-        f"{result['train_ms']:.1f}",
+        'training step (unchecked)': f"{result['train_ms']:.1f}",
         'training step (checked: embeddings kept)':
         f"{result['train_stash_ms']:.1f}",
-        'hook work on a checked iteration':
-        f'{check:.2f}',
-        'hook work on an unchecked iteration':
-        f'{idle * 1000:.2f} us',
-        'amortised per iteration':
-        f'{(check + (hook.interval - 1) * idle) / hook.interval:.3f}',
+        'hook work on a checked iteration': f'{check:.2f}',
+        'hook work on an unchecked iteration': f'{idle * 1000:.2f} us',
+        'amortised per iteration': f'{amortised:.3f}',
     })
     return result

@@ -1,14 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Time the weighted kNN evaluation at ImageNet size on random features.
-
-``sharded_weighted_knn_accuracy`` (what ``KNNMonitorHook`` and
-``knn_eval.py`` run) on a random memory and queries: time, queries/s, peak
-memory above the features; ``--baseline`` also times the unsharded
-computation. The accuracy is chance level.
-
-    python tools/benchmarks/benchmark.py knn [--device cuda] \\
-        [--bank-dtype float16] [--queries 1000] [--project-queries 50000]
-"""
+"""Time the weighted kNN evaluation at ImageNet size on random features:
+sharded (``--baseline``: and unsharded) time, queries/s, peak memory."""
 import threading
 import time
 from typing import Dict
@@ -22,8 +14,7 @@ from .common import machine, parser, rss_bytes, synchronize, write_json
 
 def random_features(rows: int, dim: int, dtype: torch.dtype, device: str,
                     gen: torch.Generator) -> torch.Tensor:
-    """Gaussian rows, made in blocks so that no float32 copy of a
-    lower-precision memory is ever whole."""
+    """Gaussian rows, made in blocks (no whole float32 copy is made)."""
     out = torch.empty(rows, dim, dtype=dtype, device=device)
     for start in range(0, rows, 65536):
         block = torch.randn(
@@ -33,9 +24,8 @@ def random_features(rows: int, dim: int, dtype: torch.dtype, device: str,
 
 
 class PeakMemory:
-    """Peak memory of a block above its start, in MiB (``extra_mib``): CUDA
-    allocations on a GPU; on a CPU the resident set, read every 2 ms by a
-    thread."""
+    """Peak memory of a block above its start in MiB (``extra_mib``): CUDA
+    allocations, or on a CPU the resident set read every 2 ms."""
 
     def __init__(self, device: str):
         self.device = device
@@ -91,15 +81,9 @@ def main(argv=None) -> Dict:
         classes=1000,
         project_queries=None)  # the time for this many queries
     p.add_argument('--topk', type=int, nargs='+', default=[20, 200])
-    p.add_argument(
-        '--bank-dtype',
-        choices=['float32', 'float16', 'bfloat16'],
-        default='float32',
-        help='storage of the memory features (read in float32 chunks)')
-    p.add_argument(
-        '--baseline',
-        action='store_true',
-        help='also time weighted_knn_scores once per k (unsharded)')
+    dtypes = ['float32', 'float16', 'bfloat16']  # read in float32 chunks
+    p.add_argument('--bank-dtype', choices=dtypes, default='float32')
+    p.add_argument('--baseline', action='store_true')
     args = p.parse_args(argv)
     device, n = args.device, args.queries
     gen = torch.Generator().manual_seed(0)
@@ -129,8 +113,8 @@ def main(argv=None) -> Dict:
         for k in args.topk:
             pred = weighted_knn_scores(query, bank, bank_labels, args.classes,
                                        k).argmax(dim=1)
-            out[f'top1_k{k}'] = (pred == query_labels).float().mean().item()
-            out[f'top1_k{k}'] *= 100
+            accuracy = (pred == query_labels).float().mean().item()
+            out[f'top1_k{k}'] = accuracy * 100
         return out
 
     result = dict(

@@ -1,13 +1,9 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Time one LARS step on MoCo v3 R50's trained parameters: mocoplug's
-MoCoV3LARS per tensor and multi-tensor (torch._foreach_*) against
-mmpretrain's LARS (two .item() per adapted parameter); on a GPU also the
-host synchronisations of a step (torch.cuda.set_sync_debug_mode).
-
-    python tools/benchmarks/benchmark.py lars [--device cuda] [--repeats 20]
-"""
+"""Time one LARS step on MoCo v3 R50: mocoplug's MoCoV3LARS (per tensor,
+foreach) against mmpretrain's LARS; on a GPU also its host syncs."""
 import statistics
 import warnings
+from functools import partial
 from typing import Callable, List
 
 import torch
@@ -20,13 +16,11 @@ from mocoplug.models import MoCoProjectionNeck
 from .common import machine, parser, round_robin_ms
 
 # configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
-LR, MOMENTUM, WEIGHT_DECAY = 9.6, 0.9, 1e-6
+HYPER = dict(lr=9.6, momentum=0.9, weight_decay=1e-6)
 
 
 def params_with_grads(device: str) -> List[nn.Parameter]:
-    """MoCo v3 R50's backbone, projector and predictor parameters (the
-    momentum encoder is not optimised), each with a fixed random
-    gradient."""
+    """MoCo v3 R50's optimised parameters, each with a random gradient."""
     torch.manual_seed(0)
     mlp = dict(hid_channels=4096, out_channels=256, with_bias=False)
     model = nn.ModuleList([
@@ -47,23 +41,18 @@ def params_with_grads(device: str) -> List[nn.Parameter]:
 
 
 def mmpretrain_lars(params) -> torch.optim.Optimizer:
-    """mmpretrain's LARS with the 1-D parameters excluded, as
-    LARSOptimWrapperConstructor sets it up."""
+    """mmpretrain's LARS, 1-D parameters excluded (as its constructor)."""
     return LARS([
         dict(params=[p for p in params if p.ndim > 1]),
         dict(
             params=[p for p in params if p.ndim <= 1],
             weight_decay=0.,
             lars_exclude=True)
-    ],
-                lr=LR,
-                momentum=MOMENTUM,
-                weight_decay=WEIGHT_DECAY)
+    ], **HYPER)
 
 
 def host_syncs(fn: Callable) -> int:
-    """The synchronisations of fn() that torch's CUDA sync debug mode
-    reports (one warning each)."""
+    """The host syncs of fn() that torch's CUDA sync debug mode reports."""
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -75,18 +64,10 @@ def host_syncs(fn: Callable) -> int:
     return sum('synchroniz' in str(w.message) for w in caught)
 
 
-def ours(foreach: bool) -> Callable:
-    return lambda params: MoCoV3LARS(
-        params,
-        lr=LR,
-        momentum=MOMENTUM,
-        weight_decay=WEIGHT_DECAY,
-        foreach=foreach)
-
-
 IMPLEMENTATIONS = {
-    'mocoplug MoCoV3LARS, per tensor': ours(foreach=False),
-    'mocoplug MoCoV3LARS, foreach': ours(foreach=True),
+    'mocoplug MoCoV3LARS, per tensor':
+    partial(MoCoV3LARS, foreach=False, **HYPER),
+    'mocoplug MoCoV3LARS, foreach': partial(MoCoV3LARS, foreach=True, **HYPER),
     "mmpretrain's LARS": mmpretrain_lars,
 }
 

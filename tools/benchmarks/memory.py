@@ -1,14 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Check that host memory stays flat during training.
-
-Trains a config (default: the digits demo) as tools/train.py builds it,
-records the RSS of the process and its workers after every iteration, and
-fits a line after ``--warmup`` iterations: FLAT at most 1 MiB per 100.
-
-    python tools/benchmarks/benchmark.py memory [CONFIG] [--iters 500] \\
-        [--warmup 100] [--cfg-options train_dataloader.num_workers=2]
-"""
-import json
+"""Check that host memory stays flat during training: RSS after every
+iteration of a config, a line fitted after ``--warmup`` (FLAT: <= 1 MiB per
+100 iterations)."""
 import math
 import os
 import os.path as osp
@@ -20,15 +13,15 @@ from mmengine.config import Config, DictAction
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 
-from .common import DIGITS, load_average, parser, rss_bytes, tool_module
+from .common import (DIGITS, load_average, parser, rss_bytes, tool_module,
+                     write_json)
 
 MIB = 1024 * 1024
 MAX_SLOPE = 1.0  # MiB per 100 iterations
 
 
 def total_rss() -> int:
-    """RSS of this process plus its children (workers share pages with the
-    parent, so this over-counts; it is the trend that matters)."""
+    """RSS of this process plus its children (over-counts shared pages)."""
     pid, total = os.getpid(), rss_bytes()
     path = f'/proc/{pid}/task/{pid}/children'
     for child in open(path).read().split() if osp.exists(path) else []:
@@ -40,8 +33,7 @@ def total_rss() -> int:
 
 
 class RSSRecorder(Hook):
-    """Records (iteration, RSS) after every training iteration; stops
-    training once ``max_iters`` is reached."""
+    """Records (iteration, RSS) per iteration; stops at ``max_iters``."""
 
     priority = 'LOWEST'
 
@@ -91,8 +83,7 @@ def main(argv=None) -> float:
     after = np.array([(i, r) for i, r in samples if i > args.warmup],
                      dtype=np.float64).reshape(-1, 2)
     if len(after) < 2:
-        raise ValueError(f'--warmup {args.warmup} leaves fewer than 2 '
-                         'samples')
+        raise ValueError(f'--warmup {args.warmup} leaves fewer than 2 samples')
     # least squares, MiB per 100 iterations
     slope = float(np.polyfit(after[:, 0], after[:, 1] / MIB, 1)[0] * 100)
     last = samples[-1][0]
@@ -110,9 +101,9 @@ def main(argv=None) -> float:
     marks = sorted(set(range(0, last + 1, 100)) & set(by_iter) | {last})
     print('RSS by iteration (MiB): ' + ', '.join(f'{i}: {by_iter[i] / MIB:.1f}'
                                                  for i in marks))
-    with open(osp.join(work_dir, 'rss.json'), 'w') as f:
-        json.dump(dict(start=recorder.start_rss, samples=samples), f)
-    print(f'per-iteration RSS: {osp.join(work_dir, "rss.json")}')
+    write_json(
+        dict(start=recorder.start_rss, samples=samples),
+        osp.join(work_dir, 'rss.json'))  # per-iteration RSS
     print(f"verdict: {'FLAT' if slope <= MAX_SLOPE else 'GROWING'} "
           f'(threshold {MAX_SLOPE} MiB per 100 iterations)')
     return slope

@@ -1,11 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Time one key-encoder momentum update: mocoplug's MomentumUpdateHook (one
-fused torch._foreach_lerp_) against mmengine's ExponentialMovingAverage, as
-mmpretrain's MoCo uses it (a loop over parameters, buffers copied).
-
-    python tools/benchmarks/benchmark.py momentum-update [--depth 50] \\
-        [--device cuda]
-"""
+"""Time one key-encoder momentum update: MomentumUpdateHook (one fused
+lerp) against mmengine's ExponentialMovingAverage (mmpretrain's MoCo)."""
 import copy
 
 import torch.nn as nn

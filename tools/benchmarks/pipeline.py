@@ -1,14 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Images/s of one data-loader worker for MoCo's two-view augmentation.
-
-A mocoplug config's train pipeline, mmpretrain's MoCo v2 one, the official
-torchvision one and the worker's share of the device augmentation paths, on
-the same JPEGs (without ``--data-dir``, cut from scikit-learn's sample
-photographs), in one process on one thread; medians of CPU time per image.
-
-    python tools/benchmarks/benchmark.py pipeline [--num-images 32] \\
-        [--rounds 7] [--config CONFIG] [--data-dir DIR] [--out results.json]
-"""
+"""Images/s of one data-loader worker for MoCo's two-view augmentation:
+mocoplug's, mmpretrain's, the official and the device paths' pipelines on the
+same JPEGs, one thread; medians of CPU time per image."""
 import io
 import os
 import os.path as osp
@@ -70,16 +63,15 @@ def make_images(folder: str, num: int, seed: int = 0) -> List[str]:
 
 def official_views() -> Callable:
     """The MoCo v2 (aug-plus) transform of the official code, two views."""
+
+    def blur(img):  # PIL blur, sigma ~ U(.1, 2), as theirs
+        return img.filter(ImageFilter.GaussianBlur(random.uniform(.1, 2.)))
+
     augment = T.Compose([
         T.RandomResizedCrop(224, scale=(0.2, 1.)),
         T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
         T.RandomGrayscale(p=0.2),
-        T.RandomApply(
-            [  # PIL blur, sigma ~ U(.1, 2), as theirs
-                lambda img: img.filter(
-                    ImageFilter.GaussianBlur(random.uniform(.1, 2.)))
-            ],
-            p=0.5),
+        T.RandomApply([blur], p=0.5),
         T.RandomHorizontalFlip(),
         T.ToTensor(),
         T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
@@ -117,10 +109,7 @@ def build(pipeline: List[dict]) -> Compose:
 
 def main(argv=None):
     p = parser(__doc__, 'pipeline', device=False, num_images=32, rounds=7)
-    p.add_argument(
-        '--config',
-        default=V2 + '.py',
-        help='mocoplug config whose train pipeline to time')
+    p.add_argument('--config', default=V2 + '.py')  # its train pipeline
     p.add_argument('--data-dir', help='JPEGs to use instead of generated ones')
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -220,10 +209,8 @@ def main(argv=None):
                 full_wall_ms=wall_ms[f'full/{name}'],
                 images_per_s=round(1000 / full, 1)))
     for row in rows:
-        row['vs_official'] = round(
-            row['images_per_s'] / rows[0]['images_per_s'], 2)
-        row['vs_mocoplug'] = round(
-            row['images_per_s'] / rows[2]['images_per_s'], 2)
+        for key, base in (('vs_official', rows[0]), ('vs_mocoplug', rows[2])):
+            row[key] = round(row['images_per_s'] / base['images_per_s'], 2)
 
     sizes = sorted({Image.open(p).size for p in paths})
     kib = round(np.mean([len(b) for b in blobs]) / 1024, 1)

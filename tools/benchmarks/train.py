@@ -1,13 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Time one MoCo training step: mocoplug against mmpretrain 1.2.0's built-in
-MoCo / MoCoV3 and against "the floor", a hand-written step that does only the
-method's math; the three in one process on the same weights and batches,
-taking turns (docs/user_guides/performance.md).
-
-    python tools/benchmarks/benchmark.py train --backbone resnet18 \\
-        --img-size 64 --batch 32 --queue-size 4096 65536 --steps 10 \\
-        --warmup 3 --json bench.json
-"""
+"""Time one MoCo training step: mocoplug, mmpretrain 1.2.0's MoCo / MoCoV3
+and "the floor" (only the method's math), on the same weights and batches,
+taking turns (docs/user_guides/performance.md)."""
 import copy
 import statistics
 import time
@@ -27,7 +21,8 @@ from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
-from .common import load_average, machine, parser, round_robin_ms
+from .common import (load_average, machine, markdown_table, parser,
+                     round_robin_ms)
 from .common import synchronize as sync
 from .common import write_json
 
@@ -36,7 +31,12 @@ STD = [58.395, 57.12, 57.375]
 PREPROCESSOR = dict(mean=MEAN, std=STD, to_rgb=True)
 FEAT_DIM = dict(resnet18=512, resnet34=512, resnet50=2048, resnet101=2048)
 IMPLS = ('ours', 'mmpretrain', 'floor')
+ALGOS = ['mocov2', 'mocov3']
 SEED = 0
+OPTIMIZER_NOTE = dict(
+    shipped='as shipped (ours and floor fused, mmpretrain torch default)',
+    fused='fused for all three',
+    default='torch default for all three')
 
 
 def parse_args(argv=None):
@@ -51,34 +51,15 @@ def parse_args(argv=None):
         v3_hidden=4096,  # hidden width of the MoCo v3 MLPs
         threads=None)  # torch.set_num_threads (CPU)
     p.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
-    p.add_argument(
-        '--queue-size',
-        type=int,
-        nargs='+',
-        default=[4096, 65536],
-        help='K values for MoCo v1/v2 (one table row each)')
+    p.add_argument('--queue-size', type=int, nargs='+', default=[4096, 65536])
     on_off = dict(choices=['on', 'off'], default='off')
-    p.add_argument(
-        '--amp', **on_off, help='float16 (CUDA) / bfloat16 (CPU) autocast')
+    p.add_argument('--amp', **on_off)  # float16 (CUDA) / bfloat16 (CPU)
     p.add_argument('--channels-last', **on_off)
-    p.add_argument(
-        '--algos',
-        nargs='+',
-        default=['mocov2'],
-        choices=['mocov2', 'mocov3'],
-        help='MoCo v1 is v2 with a linear neck and tau 0.07: the same step')
-    p.add_argument(
-        '--optimizer',
-        choices=['shipped', 'fused', 'default'],
-        default='shipped',
-        help="SGD kernel: 'shipped' = what each implementation's configs "
-        "use (ours and the floor torch's fused SGD, mmpretrain torch's "
-        "default); 'fused' or 'default' = that one for all three")
+    # MoCo v1's step is v2's; shipped: the SGD each one's configs use
+    p.add_argument('--algos', nargs='+', choices=ALGOS, default=ALGOS[:1])
+    p.add_argument('--optimizer', choices=OPTIMIZER_NOTE, default='shipped')
     p.add_argument('--breakdown', choices=['on', 'off'], default='on')
     return p.parse_args(argv)
-
-
-# --------------------------------------------------------------- models
 
 
 def resnet(args) -> dict:
@@ -119,9 +100,11 @@ def build_mocov3(args):
     """Ours and mmpretrain's MoCo v3 (ResNet recipe) with the same weights."""
     feat = FEAT_DIM[args.backbone]
 
-    def mlp(type, in_channels, last_bn, avg_pool, **extra):
+    def mlp(ours, in_channels, last_bn, avg_pool):
+        extra = dict(type='MoCoProjectionNeck', with_bn=True) if ours else \
+            dict(type='NonLinearNeck', with_last_bias=False,
+                 norm_cfg=dict(type='BN1d'))
         return dict(
-            type=type,
             in_channels=in_channels,
             hid_channels=args.v3_hidden,
             out_channels=256,
@@ -132,31 +115,21 @@ def build_mocov3(args):
             with_avg_pool=avg_pool,
             **extra)
 
-    def ours_mlp(*shape):
-        return mlp('MoCoProjectionNeck', *shape, with_bn=True)
-
-    def theirs_mlp(*shape):
-        return mlp(
-            'NonLinearNeck',
-            *shape,
-            with_last_bias=False,
-            norm_cfg=dict(type='BN1d'))
-
     loss = dict(type='CrossEntropyLoss', loss_weight=2.0)
     ours = MoCoV3(
         backbone=resnet(args),
-        neck=ours_mlp(feat, True, True),
-        predictor=ours_mlp(256, False, False),
+        neck=mlp(True, feat, True, True),
+        predictor=mlp(True, 256, False, False),
         head=dict(type='InfoNCEHead', temperature=1.0, loss=loss),
         data_preprocessor=PREPROCESSOR,
         channels_last=args.channels_last == 'on')
     ours.init_weights()
     theirs = MMPretrainMoCoV3(
         backbone=resnet(args),
-        neck=theirs_mlp(feat, True, True),
+        neck=mlp(False, feat, True, True),
         head=dict(
             type='MoCoV3Head',
-            predictor=theirs_mlp(256, False, False),
+            predictor=mlp(False, 256, False, False),
             loss=loss,
             temperature=1.0),
         base_momentum=0.01,
@@ -187,15 +160,9 @@ def sgd(params, impl: str, args) -> torch.optim.Optimizer:
 
 
 def optim_wrapper(model: nn.Module, args, impl: str) -> OptimWrapper:
-    optimizer = sgd(model.parameters(), impl, args)
-    if args.amp == 'off':
-        return OptimWrapper(optimizer=optimizer)
-    if args.device == 'cuda':
-        return AmpOptimWrapper(optimizer=optimizer)
-    return BF16OptimWrapper(optimizer=optimizer)
-
-
-# ----------------------------------------------------------------- floor
+    wrapper = OptimWrapper if args.amp == 'off' else (
+        AmpOptimWrapper if args.device == 'cuda' else BF16OptimWrapper)
+    return wrapper(optimizer=sgd(model.parameters(), impl, args))
 
 
 class FloorMoCo(nn.Module):
@@ -211,11 +178,9 @@ class FloorMoCo(nn.Module):
         self.key_encoder.requires_grad_(False)
         self.tau, self.momentum = tau, momentum
         self.optimizer = sgd(self.parameters(), 'floor', args)
-        self.online = list(self.backbone.parameters()) + list(
-            self.neck.parameters())
+        self.online = [*self.backbone.parameters(), *self.neck.parameters()]
         self.target = list(self.key_encoder.parameters())
-        self.amp = args.amp == 'on'
-        self.device = args.device
+        self.amp, self.device = args.amp == 'on', args.device
         self.scaler = torch.amp.GradScaler(
             'cuda') if self.amp and args.device == 'cuda' else None
         self.register_buffer('mean', torch.tensor(MEAN).view(1, 3, 1, 1))
@@ -255,7 +220,7 @@ class FloorMoCo(nn.Module):
         with self.autocast():
             q = self.neck(self.backbone(im_q))[0]
             with torch.no_grad():
-                k = self.key_encoder[1](self.key_encoder[0](im_k))[0]
+                k = self.key_encoder(im_k)[0]
         q, k = F.normalize(q.float(), dim=1), F.normalize(k.float(), dim=1)
         self.update(fused_info_nce(q, k, self.queue, self.tau)[0])
         with torch.no_grad():  # after the step, so nothing is copied
@@ -273,8 +238,7 @@ class FloorMoCoV3(FloorMoCo):
             q1 = self.predictor(self.neck(self.backbone(v1)))[0]
             q2 = self.predictor(self.neck(self.backbone(v2)))[0]
             with torch.no_grad():
-                k1 = self.key_encoder[1](self.key_encoder[0](v1))[0]
-                k2 = self.key_encoder[1](self.key_encoder[0](v2))[0]
+                k1, k2 = self.key_encoder(v1)[0], self.key_encoder(v2)[0]
         labels = torch.arange(q1.shape[0], device=q1.device)
 
         def ctr(q, k):
@@ -284,9 +248,6 @@ class FloorMoCoV3(FloorMoCo):
                                        labels) * (2 * self.tau)
 
         self.update(ctr(q1, k2) + ctr(q2, k1))
-
-
-# ---------------------------------------------------------------- timing
 
 
 def make_batches(args, count: int = 4) -> List[List[torch.Tensor]]:
@@ -300,8 +261,7 @@ def make_batches(args, count: int = 4) -> List[List[torch.Tensor]]:
 
 
 def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
-    """One training-step function per implementation, on shared batches;
-    each has its model as ``.model``."""
+    """One training-step function (with ``.model``) per implementation."""
     torch.manual_seed(SEED)
     if algo == 'mocov3':
         # mmpretrain's MoCoV3 reads the cosine schedule's length from here
@@ -351,8 +311,7 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
 
 
 def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
-    """Median ms of each piece of ours' MoCo v1/v2 step, with a sync after
-    every piece (the same calls as MoCo.loss and MoCo.train_step)."""
+    """Median ms of each piece of ours' MoCo v2 step, synced after each."""
     model, hook, wrapper, samples = ours_bundle
     queue, scaler = model.queue, getattr(wrapper, 'loss_scaler', None)
     pieces = {}
@@ -400,9 +359,6 @@ def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
         for name, ms in step.items():
             pieces.setdefault(name, []).append(ms)
     return {name: statistics.median(v) for name, v in pieces.items()}
-
-
-# ----------------------------------------------------------------- main
 
 
 def main(argv=None):
@@ -461,12 +417,6 @@ def print_breakdown(run) -> None:
           f'| {total:.2f} | |')
 
 
-OPTIMIZER_NOTE = dict(
-    shipped='as shipped (ours and floor fused, mmpretrain torch default)',
-    fused='fused for all three',
-    default='torch default for all three')
-
-
 def print_table(runs, args, machine_at_start: str) -> None:
     print(
         f'\n{machine_at_start} at start; {args.backbone}, '
@@ -476,16 +426,16 @@ def print_table(runs, args, machine_at_start: str) -> None:
         'none in all (single process). SGD kernel: '
         f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
         '(median of the per-round ratios).')
-    print('| algo | K | ' + ' | '.join(f'{n} ms/step (img/s)' for n in IMPLS) +
-          ' | ours / mmpretrain (paired) | ours / floor (paired) |')
-    print('|' + '---|' * 7)
+    columns = dict(algo='algo', K='K')
+    columns.update((n, f'{n} ms/step (img/s)') for n in IMPLS)
+    columns.update((f'/{r}', f'ours / {r} (paired)') for r in IMPLS[1:])
+    rows = []
     for run in runs:
         med = {n: run['steps'][n]['median_ms'] for n in IMPLS}
-        cells = [
-            f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})' for n in IMPLS
-        ] + [
-            f"{med['ours'] / med[r]:.3f} ({run['paired_ratio'][r]:.3f})"
-            for r in IMPLS[1:]
-        ]
-        print(f"| {run['algo']} | {run['queue_size'] or 'batch'} | " +
-              ' | '.join(cells) + ' |')
+        row = dict(algo=run['algo'], K=run['queue_size'] or 'batch')
+        row.update((n, f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})')
+                   for n in IMPLS)
+        row.update((f'/{r}', f"{med['ours'] / med[r]:.3f} "
+                    f"({run['paired_ratio'][r]:.3f})") for r in IMPLS[1:])
+        rows.append(row)
+    print(markdown_table(rows, columns))
