@@ -1,18 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The embedded demo: MoCo v2 pretrained without labels on the 1258
-training digits of scikit-learn (once per seed, ``CONFIG``), then raw
-pixels, the encoder at random init and MoCo compared on the 539 held-out
-digits, clean and under one fixed random affine/contrast change
-(``PERTURBATION``): weighted kNN (``KNN``) and a logistic regression on
-frozen features trained with 1% and 10% of the labels (stratified draws,
-the same for every encoder). Prints the tables (mean ± std over seeds and
-draws); writes results.json and results.png under the work dir.
-
-    python tools/demo.py [--work-dir work_dirs/demo] [--seeds 0 1 2]
-        [--epochs 30] [--device-augment]
-
-``--device-augment``: the views' contrast jitter and blur batched by the
-data preprocessor (``DEVICE_AUGMENT_CONFIG``), not per image.
+"""The embedded demo: MoCo v2 pretrained without labels on scikit-learn's
+digits, against raw pixels and random init (kNN, linear probe with 1%/10% of
+the labels, clean and perturbed); prints the tables, writes results.json/png.
 """
 import argparse
 import copy
@@ -115,8 +104,7 @@ def digits_loader(split: str,
 
 
 def estimate_bn_statistics(model, loader: DataLoader) -> None:
-    """Set BN running statistics to their exact average over the loader
-    (a random init's 0/1 would understate random features)."""
+    """BN running statistics: their exact average over the loader."""
     model.train()
     precise_bn_stats(
         model,
@@ -144,8 +132,7 @@ def encode(model,
 
 def knn_figures(feats: Dict[str, tuple],
                 num_classes: int = 10) -> Dict[str, float]:
-    """Weighted kNN top-1 (%) of the held-out images, clean and
-    perturbed, with the ``train`` features as memory."""
+    """Weighted kNN top-1 (%) of the test sets, ``train`` as memory."""
     bank, bank_labels = feats['train']
     return {
         name:
@@ -159,8 +146,8 @@ def knn_figures(feats: Dict[str, tuple],
 def label_efficiency(feats: Dict[str, tuple],
                      fractions: Dict[float, int]) -> Dict[str, dict]:
     """``{'1%': {'clean': [accuracy per draw], 'perturbed': [...]}, ...}``
-    of a logistic regression trained on stratified draws of the training
-    labels (draw seed 0 for every encoder: the same labelled images)."""
+    of a logistic regression on stratified label draws (seed 0: the same
+    for every encoder)."""
     train, labels = feats['train']
     out = {}
     for fraction, draws in fractions.items():
@@ -179,8 +166,8 @@ def mean_spread(values: Sequence[float]) -> Dict[str, float]:
 
 
 def summarise(per_encoder: Dict[str, List[dict]]) -> Dict[str, dict]:
-    """Pool each encoder's per-seed nested dicts (leaves: a number or a
-    list of numbers, one per label draw) into mean ± spread per leaf."""
+    """Each encoder's per-seed nested dicts (leaves: numbers or lists of
+    them) pooled into a :func:`mean_spread` per leaf."""
 
     def collect(items):
         if isinstance(items[0], dict):
@@ -270,13 +257,8 @@ def load_config(epochs: int = None, config: str = CONFIG) -> Config:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--work-dir', default=osp.join('work_dirs', 'demo'))
-    parser.add_argument(
-        '--seeds',
-        type=int,
-        nargs='+',
-        default=[0, 1, 2],
-        help='one pretraining run per seed')
-    parser.add_argument('--epochs', type=int, help='override the epochs')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--epochs', type=int)
     parser.add_argument(
         '--device-augment',
         action='store_true',

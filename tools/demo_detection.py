@@ -1,16 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""The detection demo: MoCo v2 pretraining without labels, then Faster
-R-CNN and Mask R-CNN (C4) fine-tuned on a few labelled scenes of
-scikit-learn's handwritten digits (``mocoplug.datasets.detection_scenes``;
-test scenes from the held-out digits), from random init, MoCo v2 and a
-supervised backbone, per seed. Prints the table; writes results.json and
-results.png (bars, and the detections of random init and MoCo).
-
-    python tools/demo_detection.py [--work-dir work_dirs/demo_detection]
-        [--seeds 0 1 2] [--budgets 32 128] [--iters 200] [--workers 2]
-
-The runs go to ``--workers`` single-threaded processes. What the scaled
-configs change: configs/detection/README.md; why: docs/design_notes.md.
+"""The detection demo: MoCo v2, supervised and random-init backbones
+fine-tuned as Faster and Mask R-CNN C4 on a few labelled digit scenes; prints
+the table, writes results.json and results.png (configs/detection/README.md).
 """
 import argparse
 import contextlib
@@ -78,10 +69,8 @@ def single_process_cfg(cfg,
                        choice_scales: Optional[Callable] = None,
                        scale: Optional[Callable] = None,
                        keys: Sequence[str] = ()):
-    """Change ``cfg`` in place for one process and other image sizes: BN
-    for SyncBN in the model and, in ``cfg[key]`` for each of ``keys``,
-    ``RandomChoiceResize`` scales mapped by ``choice_scales`` and
-    ``Resize`` scales by ``scale``. Returns ``cfg``."""
+    """``cfg`` changed in place: BN for SyncBN; in ``cfg[key]`` for each of
+    ``keys``, ``RandomChoiceResize``/``Resize`` scales mapped."""
     from mocoplug.utils import walk_dicts
 
     def fix(node: dict) -> None:
@@ -105,10 +94,8 @@ def scaled_detection_cfg(path: str,
                          split: str = 'test',
                          rois: int = 16,
                          batch_size: int = 4):
-    """A shipped C4 detection config scaled down for a CPU demo (what
-    changes: configs/detection/README.md), ``iters`` iterations of
-    ``batch_size`` images, ``rois`` sampled RoIs per image, trained on the
-    first ``budget`` labelled scenes, evaluated on ``split``."""
+    """A shipped C4 config scaled down for a CPU (configs/detection/README.md),
+    trained on the first ``budget`` labelled scenes, tested on ``split``."""
     from mmengine.config import Config
     cfg = single_process_cfg(
         Config.fromfile(path),
@@ -197,9 +184,8 @@ def scaled_detection_cfg(path: str,
 
 
 def moco_cfg(folder: str, work_dir: str, epochs: int):
-    """MoCo v2 on the unlabelled scenes (64 px, whole): the digits
-    config's recipe with ``RESNET``, K 512 (about the number of scenes)
-    and lr 0.03 (MoCo v2's)."""
+    """The digits MoCo v2 recipe on the unlabelled scenes: ``RESNET``, K 512
+    (about the number of scenes), lr 0.03."""
     from mmengine.config import Config
     cfg = Config.fromfile(MOCO)
     cfg.model.backbone = RESNET
@@ -228,9 +214,8 @@ def moco_cfg(folder: str, work_dir: str, epochs: int):
 
 
 def supervised_cfg(work_dir: str, epochs: int):
-    """The same backbone trained with the labels of the 1258 training
-    digits (40 px: the digits' size in the scenes at test scale) and the
-    MoCo views: the paper's 'supervised pretraining' row."""
+    """The backbone trained on the labelled training digits (40 px, their
+    size in the scenes), MoCo's views: the paper's 'supervised' row."""
     from mmengine.config import Config
     moco = Config.fromfile(MOCO)
     return Config(
@@ -273,8 +258,7 @@ def supervised_cfg(work_dir: str, epochs: int):
 
 
 def _worker_init() -> None:
-    """One thread per worker; the configs' ``custom_imports`` (a config
-    passed to a worker does not import them again)."""
+    """One thread; the configs' ``custom_imports`` (not rerun in a worker)."""
     import torch
     torch.set_num_threads(1)
     with warnings.catch_warnings():  # the stack's import-time warnings
@@ -286,8 +270,7 @@ def pretrain(kind: str,
              work_dir: str,
              epochs: int,
              folder: Optional[str] = None) -> Tuple[str, float]:
-    """Train ``kind`` ('moco' or 'supervised'); return the checkpoint and
-    the seconds it took."""
+    """Train ``kind`` ('moco' or 'supervised'); the checkpoint, seconds."""
     from mmengine.registry import RUNNERS
     started = time.time()
     cfg = (
@@ -302,10 +285,9 @@ def pretrain(kind: str,
 
 def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
              figure_images: List[str]) -> Tuple[Dict, list, float]:
-    """Train ``cfg`` with ``seed`` from ``pretrained`` (None: random init)
-    in ``{work_dir}/{name}-{seed}``; return the test metrics, the 3
-    best-scored detections on each of ``figure_images`` and the seconds it
-    took. The output goes to ``run.log`` there."""
+    """Train ``cfg`` from ``pretrained`` (None: random init) in
+    ``{work_dir}/{name}-{seed}``; the test metrics, the 3 best detections
+    on each of ``figure_images``, the seconds."""
     from mmdet.apis import inference_detector
     from mmengine.registry import RUNNERS
 
@@ -376,8 +358,7 @@ def summary_table(results: Dict[str, Dict[str, List[float]]],
 
 def figure(results: Dict[str, Dict[str, List[float]]], images: List[str],
            detections: Dict[str, list], path: str) -> str:
-    """Bars of every metric, then the detections of random init and MoCo
-    on the same test scenes."""
+    """Bars of every metric, the detections of random init and MoCo."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -426,13 +407,8 @@ def main(argv=None):
     parser.add_argument('--pretrain-epochs', type=int, default=12)
     parser.add_argument('--supervised-epochs', type=int, default=5)
     parser.add_argument('--unlabelled', type=int, default=512)
-    parser.add_argument(
-        '--scenes',
-        type=int,
-        default=100,
-        help='validation and test scenes (each)')
-    parser.add_argument(
-        '--val', action='store_true', help='evaluate on the validation scenes')
+    parser.add_argument('--scenes', type=int, default=100, help='val, test')
+    parser.add_argument('--val', action='store_true', help='test on val')
     parser.add_argument('--workers', type=int, default=2)
     args = parser.parse_args(argv)
     if max(args.budgets) > args.unlabelled:

@@ -1,17 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """mocoplug's first contact with a GPU: one command, one JSON report, a
-table.
-
-    python tools/gpu_check.py            # CUDA when visible, else CPU toy mode
-    make gpu-check                       # the same
-
-Steps (``--steps``; what each covers: docs/user_guides/performance.md):
-``device_tests``, ``train``, ``exact_resume``, ``benchmark``, ``knn``,
-``multi_gpu`` (torchrun; two gloo processes on a CPU) and ``detection``.
-Without CUDA (or with ``--device cpu``) the same code paths run at toy
-sizes (the report's ``mode`` says so; CI: tests/tools/test_gpu_check.py).
-The report is rewritten after every step.
-"""
+table; CPU toy mode without CUDA. The steps (``--steps``):
+docs/user_guides/performance.md."""
 import argparse
 import contextlib
 import gc
@@ -29,10 +19,10 @@ import traceback
 import xml.etree.ElementTree as ET
 from typing import Callable, Dict, Optional
 
-# cuBLAS is deterministic under torch.use_deterministic_algorithms (the
-# exact-resume step) only with this workspace setting, read as CUDA starts.
+# deterministic cuBLAS (exact_resume) needs it, read as CUDA starts
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
+import mmengine  # noqa: E402
 import torch  # noqa: E402
 from mmengine.config import Config  # noqa: E402
 from mmengine.dist import barrier  # noqa: E402
@@ -110,20 +100,15 @@ def parse_args(argv=None):
     parser.add_argument(
         '--steps', nargs='+', choices=STEPS, default=list(STEPS))
     parser.add_argument('--config', default=CONFIG)
-    parser.add_argument('--iters', type=int, help='training iterations')
-    parser.add_argument('--batch', type=int)
-    parser.add_argument('--workers', type=int, help='data loader workers')
+    for option in ('--iters', '--batch', '--workers'):
+        parser.add_argument(option, type=int)
     parser.add_argument(
         '--pytest-k', help='only the device tests matching this -k expression')
     parser.add_argument('--work-dir')
     parser.add_argument(
-        '--out',
-        default=osp.join('work_dirs', 'gpu_check', 'gpu_check.json'),
-        help='the JSON report')
+        '--out', default=osp.join('work_dirs', 'gpu_check', 'gpu_check.json'))
     parser.add_argument(
-        '--dist-worker',
-        action='store_true',
-        help='(internal) a process of the multi_gpu step, under torchrun')
+        '--dist-worker', action='store_true', help='(internal, torchrun)')
     args = parser.parse_args(argv)
     args.launcher = 'pytorch' if args.dist_worker else 'none'
     if args.device == 'auto':
@@ -143,9 +128,6 @@ def run_logged(cmd: list) -> subprocess.CompletedProcess:
         text=True)
 
 
-# ----------------------------------------------------------------- steps
-
-
 def run_device_tests(args, size, work_dir) -> dict:
     """pytest on the tests that take the `device` fixture, on this device."""
     junit = osp.join(work_dir, 'device_tests.xml')
@@ -156,18 +138,16 @@ def run_device_tests(args, size, work_dir) -> dict:
     ] + DEVICE_TESTS + (['-k', args.pytest_k] if args.pytest_k else [])
     start = time.perf_counter()
     proc = run_logged(cmd)
-    counts = dict(tests=0, failures=0, errors=0, skipped=0)
-    failed = []
-    if osp.exists(junit):
-        root = ET.parse(junit).getroot()
-        for suite in root.iter('testsuite'):
-            for key in counts:
-                counts[key] += int(suite.get(key, 0))
-        failed = [
-            f"{case.get('classname')}::{case.get('name')}"
-            for case in root.iter('testcase') if
-            case.find('failure') is not None or case.find('error') is not None
-        ]
+    root = ET.parse(junit).getroot() if osp.exists(junit) else ET.Element('')
+    counts = {
+        k: sum(int(s.get(k, 0)) for s in root.iter('testsuite'))
+        for k in ('tests', 'failures', 'errors', 'skipped')
+    }
+    failed = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for case in root.iter('testcase')
+        if case.find('failure') is not None or case.find('error') is not None
+    ]
     counts['passed'] = counts['tests'] - sum(
         counts[k] for k in ('failures', 'errors', 'skipped'))
     return dict(
@@ -198,15 +178,13 @@ def run_train(args, size, work_dir) -> dict:
             args.device)
         for name, kw in runs.items()
     }
-    checks = {}
-    for name, figures in out.items():
-        checks[f'{name}_loss_finite'] = figures['loss_finite']
-        checks[f'{name}_ran_all_iterations'] = figures['iterations'] == iters
-    judged = iters >= MIN_ITERS_TO_JUDGE
-    for name in out:
+    checks, judged = {}, iters >= MIN_ITERS_TO_JUDGE
+    for name, fig in out.items():
+        checks[f'{name}_loss_finite'] = fig['loss_finite']
+        checks[f'{name}_ran_all_iterations'] = fig['iterations'] == iters
         if name != 'control_lr0' and judged:
             checks[f'{name}_loss_below_lr0_control'] = \
-                out[name]['loss_last'] < out['control_lr0']['loss_last']
+                fig['loss_last'] < out['control_lr0']['loss_last']
     note = (f'loss_last = mean of the last {max(1, iters // 5)} losses; '
             'trained runs must end below the lr-0 control')
     if not judged:
@@ -259,17 +237,15 @@ def run_exact_resume(args, size, work_dir) -> dict:
 
 
 def run_benchmark(args, size, work_dir) -> dict:
-    """benchmark.py train (ours vs mmpretrain vs floor, AMP x
-    channels_last) and device-augment --decode; the decode repeated."""
+    """benchmark.py train (AMP x channels_last), device-augment --decode."""
     bench = benchmark_command('train')
     out, checks = {}, {}
     combos = [(a, c, False) for a, c in size['bench_combos']]
     if args.device == 'cuda':  # fixed-size crops: does autotuning pay?
         combos += [('off', 'off', True), ('on', 'on', True)]
     for amp, channels_last, cudnn_benchmark in combos:
-        name = f'amp_{amp}-channels_last_{channels_last}'
-        if cudnn_benchmark:
-            name += '-cudnn_benchmark'
+        name = f'amp_{amp}-channels_last_{channels_last}' + (
+            '-cudnn_benchmark' if cudnn_benchmark else '')
         breakdown = (
             args.device == 'cuda' and amp == channels_last == 'off'
             and not cudnn_benchmark)
@@ -311,9 +287,8 @@ def run_benchmark(args, size, work_dir) -> dict:
 
 
 def decode_repeats(device: str, repeats: int = 3) -> dict:
-    """The views of one batch of JPEGs decoded and cropped on ``device``
-    ``repeats`` times, other work on the device's current stream in
-    between: the same views each time, and how far from the CPU's."""
+    """One batch of JPEGs decoded ``repeats`` times between other work on
+    ``device``: the same views each time? How far from the CPU's?"""
     from mocoplug.models.utils.batch_augments import decode_views
     bench = benchmark_command('device-augment')
     preprocessor, _ = bench.build_preprocessor(bench.V2_DECODE, device)
@@ -360,8 +335,7 @@ def run_knn(args, size, work_dir) -> dict:
 
 
 def run_multi_gpu(args, size, work_dir) -> dict:
-    """The multi-process runs under torchrun (``dist_worker``), and the
-    same MoCo v2 run in this process for the scaling."""
+    """``dist_worker`` under torchrun; one process for the scaling."""
     procs = torch.cuda.device_count() if args.device == 'cuda' else 2
     if procs < 2:
         return dict(skipped=f'{procs} GPU visible: needs 2 or more')
@@ -381,10 +355,7 @@ def run_multi_gpu(args, size, work_dir) -> dict:
     if proc.returncode or not all(osp.exists(p) for p in paths):
         raise RuntimeError(f'torchrun exited with {proc.returncode}:\n' +
                            proc.stdout[-3000:])
-    ranks = []
-    for path in paths:
-        with open(path) as f:
-            ranks.append(json.load(f))
+    ranks = [mmengine.load(p) for p in paths]
     one = train_figures(
         pretrain_cfg(args, size, osp.join(work_dir, 'one_process'), iters),
         args.device)
@@ -395,17 +366,13 @@ def run_multi_gpu(args, size, work_dir) -> dict:
                                    for r in ranks)
         for name in first['runs']
     }
+    for run in first['runs'].values():
+        del run['losses']
     return dict(
         processes=procs,
         backend='nccl' if args.device == 'cuda' else 'gloo',
         iterations=iters,
-        runs={
-            name: {
-                k: v
-                for k, v in run.items() if k != 'losses'
-            }
-            for name, run in first['runs'].items()
-        },
+        runs=first['runs'],
         exact_resume=first['exact_resume'],
         knn=first['knn'],
         images_per_s_per_gpu=per_gpu,
@@ -415,8 +382,8 @@ def run_multi_gpu(args, size, work_dir) -> dict:
 
 
 def dist_worker(args) -> None:
-    """One process of the multi_gpu step: train each run, the exact resume
-    and the sharded kNN; rank r writes rank{r}.json to the work dir."""
+    """A multi_gpu process: the runs, exact resume, sharded kNN; rank r
+    writes rank{r}.json."""
     from mmengine.dist import get_rank
     size = SIZES[args.device]
     runs = dict(
@@ -444,9 +411,8 @@ def dist_worker(args) -> None:
 
 
 def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
-    """The kNN of shards of random features (one per rank) against the kNN
-    of the whole sets in one process; the accuracies may differ by one
-    query (a near-tie at the k-th neighbour summed in another order)."""
+    """The kNN of shards of random features (one per rank) against that of
+    the whole sets; one query may differ (a near-tie)."""
     from mmengine.dist import get_dist_info
 
     from mocoplug.evaluation import (FeatureShard,
@@ -477,17 +443,13 @@ def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
 
 
 def run_detection(args, size, work_dir) -> dict:
-    """benchmark.py detection-ops: a detector's training step and test pass
-    on the device, on the mmcv kernels mocoplug serves."""
+    """benchmark.py detection-ops on the mmcv kernels mocoplug serves."""
     result = benchmark_command('detection-ops').main(size['detection'] +
                                                      ['--device', args.device])
     result['checks'] = dict(
         losses_finite=result['losses_finite'],
         boxes_predicted=result['boxes_per_pass'] > 0)
     return result
-
-
-# -------------------------------------------------------- runs from config
 
 
 def pretrain_cfg(args,
@@ -502,9 +464,8 @@ def pretrain_cfg(args,
                  deterministic: bool = False,
                  checkpoint_interval: Optional[int] = None,
                  resume_from: Optional[str] = None) -> Config:
-    """The pretraining config with synthetic images, ``iters`` iterations
-    and one GPU's settings (or the CPU toy sizes); each process of a
-    distributed run (``args.launcher``) keeps the config's Shuffle BN."""
+    """The pretraining config on synthetic images at ``size``; a distributed
+    run (``args.launcher``) keeps the config's Shuffle BN."""
     cfg = Config.fromfile(args.config)
     cfg.work_dir = work_dir
     cfg.launcher = args.launcher
@@ -588,8 +549,7 @@ def kept_torch_flags():
 
 
 def train_runner(cfg: Config, device: str) -> dict:
-    """Train (the runner built as mmpretrain's tools/train.py builds it);
-    return the per-iteration ``loss``, ``time`` and ``data_time``, the
+    """Train; the per-iteration ``loss``, ``time``, ``data_time``, the
     ``iterations``, ``seconds`` and ``peak_mib``."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -663,9 +623,6 @@ def benchmark_command(name: str):
         sys.path.append(osp.join(ROOT, 'tools'))
     from benchmarks.benchmark import command_module
     return command_module(name)
-
-
-# ------------------------------------------------------------------ main
 
 
 def environment(args) -> dict:

@@ -1,12 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Evaluate a trained model (a linear classifier, a detector) from its
-config and checkpoint, mmpretrain's tools/test.py conventions. What the
-config's values mean is its runner's (see tools/train.py).
-
-Example::
-
-    python tools/test.py configs/benchmarks/CONFIG work_dirs/.../epoch_100.pth
-"""
+config and checkpoint, as mmpretrain's tools/test.py does."""
 import argparse
 import importlib.util
 import json
@@ -26,10 +20,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument(
-        '--work-dir', help='the dir to save logs and the metrics file')
-    parser.add_argument(
-        '--out', help='also write the metrics to this JSON file')
+    parser.add_argument('--work-dir')
+    parser.add_argument('--out', help='the metrics as JSON')
     return train.parse_launch_args(parser, argv)
 
 

@@ -1,17 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Train a model from a config: MoCo pretraining, linear evaluation or a
-detector (mmpretrain's tools/train.py, with its flags). What a config's
-values mean is its runner's, ``mocoplug.MoCoRunner`` (``runner_type``), so
-mmpretrain's and mmdet's tools/train.py and ``mim train`` do the same.
-
-Examples::
-
-    python tools/train.py configs/mocov2_r50_8xb32.py            # 1 GPU/CPU
-    tools/dist_train.sh configs/mocov2_r50_8xb32.py 8            # 8 GPUs
-    python tools/train.py CONFIG --resume                        # latest ckpt
-    python tools/train.py configs/detection/CONFIG \\
-        --cfg-options pretrained=work_dirs/.../epoch_200.pth
-"""
+"""Train a model from a config (mmpretrain's tools/train.py and its flags);
+the config's ``runner_type`` (``mocoplug.MoCoRunner``) gives its values their
+meaning, so mmpretrain's and mmdet's train.py and ``mim train`` do the same."""
 import argparse
 import os
 import os.path as osp
@@ -28,53 +18,28 @@ def parse_args(argv=None):
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument(
-        '--resume',
-        nargs='?',
-        type=str,
-        const='auto',
-        help='resume from this checkpoint, or with no value from the latest '
-        'checkpoint in the work directory')
+        '--resume', nargs='?', const='auto', help='CKPT (none: the latest)')
     parser.add_argument(
-        '--amp',
-        action='store_true',
-        help='mixed precision: float16 autocast with loss scaling on GPU '
-        '(mmengine AmpOptimWrapper), bfloat16 autocast on CPU')
-    parser.add_argument(
-        '--no-validate',
-        action='store_true',
-        help='do not evaluate during training')
-    parser.add_argument(
-        '--auto-scale-lr',
-        action='store_true',
-        help='scale the lr by (actual batch size) / auto_scale_lr.'
-        'base_batch_size')
-    parser.add_argument(
-        '--no-pin-memory',
-        action='store_true',
-        help='disable pin_memory in the dataloaders')
-    parser.add_argument(
-        '--no-persistent-workers',
-        action='store_true',
-        help='disable persistent_workers in the dataloaders')
+        '--amp', action='store_true', help='float16 on GPU, bfloat16 on CPU')
+    for flag in ('--no-validate', '--auto-scale-lr', '--no-pin-memory',
+                 '--no-persistent-workers'):
+        parser.add_argument(flag, action='store_true')
     return parse_launch_args(parser, argv)
 
 
 def parse_launch_args(parser: argparse.ArgumentParser,
                       argv=None) -> argparse.Namespace:
-    """Add ``--cfg-options``, ``--launcher`` and ``--local-rank`` (as the
-    torch.distributed launchers pass it) to ``parser`` and parse ``argv``;
-    also the options of tools/test.py and analysis_tools/knn_eval.py."""
+    """Add ``--cfg-options``, ``--launcher``, ``--local-rank`` to ``parser``
+    (also test.py's and knn_eval.py's) and parse ``argv``."""
     parser.add_argument(
         '--cfg-options',
         nargs='+',
         action=DictAction,
-        help='override settings of the config, key=value pairs, e.g. '
-        'pretrained=PATH or train_dataloader.batch_size=64')
+        help='key=value overrides of the config')
     parser.add_argument(
         '--launcher',
         choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
+        default='none')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -82,8 +47,7 @@ def parse_launch_args(parser: argparse.ArgumentParser,
 
 
 def set_work_dir(cfg: Config, args: argparse.Namespace) -> None:
-    """``cfg.work_dir``: ``--work-dir``, else the config's, else
-    ./work_dirs/<config name>."""
+    """``--work-dir``, else the config's, else ./work_dirs/<config name>."""
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir', None) is None:

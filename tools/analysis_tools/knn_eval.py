@@ -1,19 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Weighted kNN top-1 of a pretrained backbone (no training).
-
-The config gives the backbone (`model`, whose backbone init_cfg is
-mocoplug's Pretrained initialiser), `knn_memory_dataloader`,
-`knn_query_dataloader` and `knn = dict(topk=..., temperature=...)`; see
-configs/benchmarks/knn_*.py.
-
-    python tools/analysis_tools/knn_eval.py \\
-        configs/benchmarks/knn_r50_in1k.py CKPT
-    torchrun --nproc_per_node 8 tools/analysis_tools/knn_eval.py CONFIG CKPT \\
-        --launcher pytorch
-    python tools/analysis_tools/knn_eval.py CONFIG CKPT --data-root FOLDER
-
-``--data-root``: your labelled folder (docs/user_guides/evaluation.md).
-"""
+"""Weighted kNN top-1 of a pretrained backbone (no training); the config
+gives ``model``, ``knn_memory_dataloader``, ``knn_query_dataloader`` and
+``knn`` (configs/benchmarks/knn_*.py; ``--data-root``: evaluation.md)."""
 import argparse
 import importlib.util
 import json
@@ -42,9 +30,8 @@ REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
 
 
 def use_labelled_folder(cfg: Config, root: str) -> bool:
-    """Point the memory and query sets at a labelled folder (mmpretrain
-    ``CustomDataset``, keeping each loader's pipeline); True when it has no
-    train/ and val/ splits (leave-one-out over the whole folder)."""
+    """Point the memory and query sets at a labelled folder (their pipelines
+    kept); True without train/ and val/ splits (leave-one-out)."""
     if not osp.isdir(root):
         raise SystemExit(f'--data-root {root!r} is not a folder')
     split = all(osp.isdir(osp.join(root, s)) for s in ('train', 'val'))
@@ -69,11 +56,8 @@ def parse_args(argv=None):
     parser.add_argument('config', help='kNN config (configs/benchmarks/)')
     parser.add_argument('checkpoint', help='MoCo checkpoint to evaluate')
     parser.add_argument(
-        '--data-root',
-        help='evaluate on this labelled folder instead of the config data: '
-        'DIR/train/<class>/* as memory and DIR/val/<class>/* as queries, or '
-        'DIR/<class>/* leave-one-out')
-    parser.add_argument('--out', help='also write the figures to this JSON')
+        '--data-root', help='DIR/{train,val}/<class>/*, or DIR/<class>/*')
+    parser.add_argument('--out', help='the figures as JSON')
     return train.parse_launch_args(parser, argv)
 
 

@@ -1,21 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Measure what MoCo v2 learns from a small folder of real photographs,
-from scratch and continued from released weights.
-
-Data: tiles of 12 photographs that ship inside scikit-image
-(``PhotoTilesDataset``), labelled only by the photograph they come from.
-Pretraining sees ``--sizes`` tiles (no labels) from the left three
-quarters of each photograph; the evaluation is weighted kNN (k=20) of
-tiles from the held-out right quarter, clean and under the demo's
-perturbation, with grid tiles of the left part as memory. Encoders: raw
-pixels, the network at random init, a stand-in for released weights
-(MoCo v2 on other images, ``--source-iters`` iterations), MoCo v2 from
-scratch and continued from those weights (``model.encoders_from``), the
-same iterations at every size, one run per seed.
-
-    python tools/analysis_tools/photo_rules.py [--sizes 300 3000] \\
-        [--iters 300] [--seeds 0 1 2] [--work-dir work_dirs/photo_rules]
-"""
+"""Measure what MoCo v2 learns from a small folder of real photographs
+(scikit-image's), from scratch and continued from other weights: README.md's
+table (the method: configs/mocov2/README.md#on-real-photographs)."""
 import argparse
 import json
 import os

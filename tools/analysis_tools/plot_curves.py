@@ -1,15 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Turn a work dir's scalars log into PNG curves: loss, contrastive
-accuracy, lr, momentum, kNN accuracy and the representation-health figures
-(health/*), whatever the run logged.
-
-Example::
-
-    python tools/analysis_tools/plot_curves.py work_dirs/mocov2_r50_8xb32 \\
-        --out curves/
-    python tools/analysis_tools/plot_curves.py RUN_A RUN_B \\
-        --labels "K=4096" "K=1024"
-"""
+"""Turn work dirs' scalars logs into PNG curves (loss, contrastive accuracy,
+lr, momentum, kNN, health/*: whatever the run logged)."""
 import argparse
 import os.path as osp
 

@@ -1,17 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""List the images of a folder that cannot be decoded, before training.
-
-Fully decodes, in parallel, every file under FOLDER with the extensions
-mmpretrain's CustomDataset loads, with the training pipeline's decoder
-(mmcv.imfrombytes), and lists those that fail with the reason. Exit
-status: 0 if all decode, 1 if any does not, 2 on a usage error.
-
-Examples::
-
-    python tools/misc/check_images.py data/unlabeled_images
-    python tools/misc/check_images.py data/unlabeled_images --workers 16 \\
-        --out bad.txt            # then e.g.: cut -f1 bad.txt | xargs rm
-"""
+"""List the images of a folder that mmcv.imfrombytes cannot decode (the
+extensions CustomDataset loads), in parallel. Exit status: 0 all decode, 1
+some do not, 2 usage error."""
 import argparse
 import os
 import sys
@@ -25,34 +15,19 @@ from mocoplug.datasets.image_check import (IMAGE_EXTENSIONS, check_image,
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='List the images under a folder that cannot be decoded')
-    parser.add_argument('folder', help='folder of images (recursive)')
-    parser.add_argument(
-        '--workers',
-        type=int,
-        default=os.cpu_count() or 1,
-        help='decoding processes (default: the number of CPUs)')
+    parser = argparse.ArgumentParser(description='undecodable images')
+    parser.add_argument('folder', help='searched recursively')
+    parser.add_argument('--workers', type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         '--backend',
         default='cv2',
         choices=['cv2', 'pillow', 'turbojpeg', 'tifffile'],
-        help="mmcv decoding backend: the pipeline's imdecode_backend "
-        '(default cv2, as LoadImageFromFile)')
+        help="the pipeline's imdecode_backend")
     parser.add_argument(
-        '--color-type',
-        default='color',
-        help="mmcv's flag: the pipeline's color_type (default color)")
+        '--color-type', default='color', help="the pipeline's color_type")
     parser.add_argument(
-        '--extensions',
-        nargs='+',
-        default=list(IMAGE_EXTENSIONS),
-        help='file extensions to check (default: those CustomDataset loads: '
-        f'{" ".join(IMAGE_EXTENSIONS)})')
-    parser.add_argument(
-        '--out',
-        help='write the unreadable files to this file, one per line: '
-        'PATH<TAB>REASON')
+        '--extensions', nargs='+', default=list(IMAGE_EXTENSIONS))
+    parser.add_argument('--out', help='the unreadable files: PATH<TAB>REASON')
     return parser.parse_args(argv)
 
 

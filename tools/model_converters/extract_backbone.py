@@ -1,16 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Extract the query encoder's backbone from a MoCo checkpoint
-(mocoplug's, mmpretrain's, mmselfsup's or the official one; never the key
-encoder), as ``--format`` mmpretrain (``{'state_dict': {'backbone.*'}}``,
-for ``init_cfg=dict(type='Pretrained', prefix='backbone.')``),
-torchvision (a plain ResNet state dict, ``fc.*`` missing) or detectron2
-(a .pkl named as the official MoCo converter writes it).
-
-    python tools/model_converters/extract_backbone.py \\
-        work_dirs/.../epoch_200.pth r50.pth
-    python tools/model_converters/extract_backbone.py CKPT r50.pkl \\
-        --format detectron2
-"""
+"""Extract the query encoder's backbone from a MoCo checkpoint (mocoplug's,
+mmpretrain's, mmselfsup's or the official one) as mmpretrain, torchvision or
+detectron2 weights (docs/user_guides/evaluation.md)."""
 import argparse
 import os
 import os.path as osp
