@@ -281,7 +281,9 @@ class ExactResumeHook(Hook):
                     f'the sampler seed {sampler.seed} differs from the '
                     f'checkpoint\'s {saved_seed} (set randomness.seed='
                     f'{saved_seed})')
-        saved, now = state['kernels'], kernel_settings()
+        saved, now = state.get('kernels'), kernel_settings()
+        if saved is None:  # written before the settings were recorded
+            return problems + ['the checkpoint records no kernel settings']
         for key in sorted(set(saved) | set(now)):
             if saved.get(key) != now.get(key):
                 problems.append(

@@ -63,8 +63,9 @@ class NegativeKeyQueue(BaseModule):
         """Push L2-normalised keys (N, C) and, with
         ``exclude_same_instance``, their dataset indices (N,)."""
         if keys.dim() != 2 or keys.shape[1] != self.dim:
-            raise ValueError(f'NegativeKeyQueue: keys {tuple(keys.shape)}; '
-                             "set `dim` to the neck's out_channels")
+            raise ValueError(f'NegativeKeyQueue: keys {tuple(keys.shape)}, '
+                             f'expected (N, {self.dim}); set `dim` to the '
+                             "neck's out_channels")
         if self.exclude_same_instance and ids is None:
             raise ValueError('NegativeKeyQueue: exclude_same_instance needs '
                              "the keys' `sample_idx`")

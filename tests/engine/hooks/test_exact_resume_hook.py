@@ -321,6 +321,21 @@ def test_other_thread_count_warns_naming_it(tmp_path, tiny_runner_cfg,
     assert 'will not be bit-identical' in warnings_logged[0]
 
 
+def test_a_checkpoint_without_kernel_settings_warns(tmp_path, tiny_runner_cfg,
+                                                    warnings_logged):
+    """A checkpoint of a mocoplug that did not record the kernel settings
+    resumes, told that it cannot be called bit-identical."""
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    state = torch.load(ckpt, weights_only=False)
+    del state['resume_state']['kernels']
+    torch.save(state, ckpt)
+    run(toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
+    assert len(warnings_logged) == 1
+    assert 'records no kernel settings' in warnings_logged[0]
+    assert 'will not be bit-identical' in warnings_logged[0]
+
+
 def test_a_seeder_named_in_the_config_gets_the_seed_and_rank(monkeypatch):
     """ReseedWorkerPerEpoch at the head of the configured pipeline (seed 0,
     rank 0 by default): the hook gives it the run's seed and this rank, so
