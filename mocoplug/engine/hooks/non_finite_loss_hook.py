@@ -8,7 +8,7 @@ from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import HOOKS
-from .runner_info import checkpoint_due, current_lrs
+from .runner_info import checkpoint_due, current_lrs, mean_over_ranks
 
 ADVICE = ('What to try: a lower learning rate; a warm-up (LinearLR); '
           'optim_wrapper.clip_grad=dict(max_norm=...); under AMP '
@@ -48,7 +48,7 @@ class NonFiniteLossHook(Hook):
         if outputs:
             values = self._logged_losses(runner, outputs)
             bad = {k: v for k, v in values.items() if not math.isfinite(v)}
-            if bad:
+            if mean_over_ranks([bool(bad)])[0]:  # stop every rank alike
                 raise NonFiniteLossError(
                     self._loss_message(runner, batch_idx, bad))
             if 'loss' in values:
@@ -90,7 +90,8 @@ class NonFiniteLossHook(Hook):
     def _loss_message(self, runner: Runner, batch_idx: int,
                       bad: Dict[str, float]) -> str:
         where = self._where(runner, batch_idx)
-        terms = ', '.join(f'{k}={v}' for k, v in bad.items())
+        terms = ', '.join(f'{k}={v}' for k, v in bad.items()) or \
+            'a non-finite loss on another rank'
         if self.last_finite_loss is None:
             last = 'no finite loss was logged before (it diverged at once)'
         else:
@@ -140,9 +141,9 @@ class NonFiniteLossHook(Hook):
             torch.isfinite(state[n]).all().to(device) for n in names
         ]).tolist()
         bad = [n for n, good in zip(names, ok) if not good]
-        if bad:
-            shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more'
-                                          if len(bad) > 5 else '')
+        if mean_over_ranks([bool(bad)])[0]:
+            shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more' if len(
+                bad) > 5 else '') or 'on another rank'
             loss = '' if self.last_finite_loss is None else \
                 f' ({self.last_finite_loss:.6g})'
             raise NonFiniteLossError(

@@ -17,7 +17,7 @@ from mocoplug.evaluation import (alignment, embedding_std,
 from mocoplug.models.utils import at_least_float32
 from mocoplug.registry import HOOKS
 from .moco_config_check_hook import iter_transforms
-from .runner_info import current_lrs, schedule_facts
+from .runner_info import current_lrs, mean_over_ranks, schedule_facts
 
 #: The scalars the hook logs, as ``health/<name>`` (message hub: train/...).
 HEALTH_SCALARS = ('std', 'std_norm', 'alignment', 'uniformity', 'pos_sim',
@@ -106,6 +106,7 @@ class RepresentationHealthHook(Hook):
         self._target: List[torch.Tensor] = []
         self._observed: Optional[dict] = None
         self._handle = None
+        self._calls = self._terms = 1  # head calls per step (loss terms)
 
     def before_train(self, runner: Runner) -> None:
         """Bind to the model and align the checks with the LoggerHook."""
@@ -143,7 +144,9 @@ class RepresentationHealthHook(Hook):
     @torch.no_grad()
     def observe(self, head: nn.Module, args: tuple, output: dict) -> None:
         """Forward hook of ``head(query, key, negatives, neg_mask=None)``:
-        keep the embeddings and the query-negative cosines' sum and count."""
+        keep the embeddings and the query-negative cosines' sum and count;
+        count the calls (the loss terms of a step)."""
+        self._calls += 1
         if not self._checking:
             return
         query, key, negatives = (
@@ -186,13 +189,14 @@ class RepresentationHealthHook(Hook):
         if runner.iter == self.check_iter(runner):
             self.check_learning(runner)
         self._checking = self.is_check_iter(runner, batch_idx)
-        self._observed = None
+        self._observed, self._calls = None, 0
 
     def after_train_iter(self,
                          runner: Runner,
                          batch_idx: int,
                          data_batch: Optional[dict] = None,
                          outputs: Optional[dict] = None) -> None:
+        self._terms = self._calls or self._terms
         if not self._checking:
             if self._published:  # not printed again between checks
                 for name in HEALTH_SCALARS:
@@ -235,9 +239,9 @@ class RepresentationHealthHook(Hook):
             neg_sim=sum(observed['neg_sum']) / sum(observed['neg_count']),
             key_query_dist=relative_parameter_distance(self._online,
                                                        self._target))
-        figures = dict(  # one host sync
-            zip(values,
-                torch.stack(list(values.values())).tolist()))
+        # one host sync; the mean over ranks, so every rank decides alike
+        figures = dict(
+            zip(values, mean_over_ranks(torch.stack(list(values.values())))))
         figures['std_norm'] = figures['std'] * math.sqrt(dim)
         queue = getattr(self._model, 'queue', None)
         if queue is not None:
@@ -250,9 +254,10 @@ class RepresentationHealthHook(Hook):
         """Steps until the queue holds only keys of this data (0 without a
         queue or after QueueRefillHook), and the window."""
         queue = getattr(self._model, 'queue', None)
+        refilled = getattr(self._model, 'encoders_from', None) and any(
+            type(h).__name__ == 'QueueRefillHook' for h in runner.hooks)
         fill = 0
-        if queue is not None and not getattr(self._model, 'encoders_from',
-                                             None):
+        if queue is not None and not refilled:
             batch = getattr(runner.train_dataloader, 'batch_size', 0) or 1
             fill = math.ceil(queue.size / self.keys_per_step(queue, batch))
         return fill, max(5, runner.max_iters // 20)
@@ -274,19 +279,27 @@ class RepresentationHealthHook(Hook):
         losses = history.data[0] if history is not None else []
         if len(losses) < window:  # resumed just before: too little history
             return
-        loss = float(losses[-window:].mean())
+        # one InfoNCE term, unweighted: `loss` sums the head's calls (v3:
+        # 2), each times the loss' loss_weight (v3: 2 tau)
+        weight = getattr(self._model.head, 'loss_module', None)
+        weight = getattr(weight, 'loss_weight', 1.0) * self._terms
+        loss = mean_over_ranks([float(losses[-window:].mean()) / weight])[0]
         queue = getattr(self._model, 'queue', None)
-        chance = math.log(queue.size + 1) if queue is not None else None
-        gaps = [g for it, g in self._gaps if it > fill]
+        # in-batch negatives (v3): as many classes as the global batch
+        classes = queue.size + 1 if queue is not None else (getattr(
+            runner.train_dataloader, 'batch_size', 0) or 0) * get_world_size()
+        chance = math.log(classes) if classes > 1 else None
+        gaps = [g for it, g in self._gaps if it > fill]  # equal on ranks
         gap = sum(gaps) / len(gaps) if gaps else None
         self.not_learning = dict(
             iter=runner.iter, loss=loss, chance=chance, gap=gap)
         reasons = []
         if chance is not None and loss > chance - self.not_learning_margin:
             reasons.append(
-                f'the InfoNCE loss, {loss:.3f} on average over the last '
-                f'{window} iterations, has not left chance level: ln(K + 1) '
-                f'= ln({queue.size + 1}) = {chance:.3f}, by '
+                f'the InfoNCE loss (one term, unweighted), {loss:.3f} on '
+                f'average over the last {window} iterations, has not left '
+                f'chance level: ln({"K + 1" if queue else "batch"}) = '
+                f'ln({classes}) = {chance:.3f}, by '
                 '{:.3f} < {} nats'.format(chance - loss,
                                           self.not_learning_margin))
         if gap is not None and gap <= 0:
@@ -311,7 +324,7 @@ class RepresentationHealthHook(Hook):
         """The usual causes of not learning, with what this run says."""
         facts = schedule_facts(runner)
         lr = current_lrs(runner)
-        crop = _crop_scale(runner.train_dataloader)
+        crop = _crop_area(runner.train_dataloader)
         return [
             f'Too few iterations for the data: {runner.max_iters} '
             f'iterations, {facts} (configs/mocov2/README.md).',
@@ -323,7 +336,8 @@ class RepresentationHealthHook(Hook):
             'Learning rate too low or too high' +
             (f'; current {lr}.' if lr else '.'),
             'Views too hard or too easy' +
-            (f'; this run crops scale={crop}.' if crop else '.'),
+            (f'; this run crops {crop[0]:.0%} to {crop[1]:.0%} of the image '
+             'area (crop_ratio_range).' if crop else '.'),
         ]
 
     @staticmethod
@@ -396,14 +410,16 @@ class RepresentationHealthHook(Hook):
         ]
 
 
-def _crop_scale(loader) -> Optional[tuple]:
-    """The ``scale`` of the first RandomResizedCrop in the training
-    pipeline, if any."""
+def _crop_area(loader) -> Optional[tuple]:
+    """The area range of the first RandomResizedCrop of the training
+    pipeline (mmpretrain's ``crop_ratio_range``, torchvision's ``scale``)."""
     try:
         transforms = dataset_transforms(loader.dataset) or []
     except Exception:  # noqa: BLE001 - a custom dataset: unknown
         return None
-    return next(
-        (tuple(t.scale) for t in iter_transforms(transforms)
-         if type(t).__name__ in ('RandomResizedCrop', 'FastRandomResizedCrop')
-         and hasattr(t, 'scale')), None)
+    for t in iter_transforms(transforms):
+        if 'ResizedCrop' in type(t).__name__:
+            area = getattr(t, 'crop_ratio_range', getattr(t, 'scale', None))
+            if isinstance(area, (tuple, list)) and len(area) == 2:
+                return tuple(area)
+    return None

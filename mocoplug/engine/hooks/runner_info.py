@@ -1,9 +1,11 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """What hooks read of the runner: when mmengine's ``CheckpointHook`` is about
-to save (mmengine does not expose it), the learning rate and schedule."""
-from typing import Optional
+to save (mmengine does not expose it), the learning rate and schedule; and
+figures averaged over the ranks, to decide alike on every rank."""
+from typing import List, Optional, Sequence, Union
 
-from mmengine.dist import get_world_size
+import torch
+from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import CheckpointHook
 from mmengine.runner import Runner
 
@@ -21,6 +23,16 @@ def checkpoint_due(runner: Runner, by_epoch: bool) -> bool:
             hook.save_last and getattr(hook, last)(runner))
         for hook in runner.hooks
         if isinstance(hook, CheckpointHook) and hook.by_epoch == by_epoch)
+
+
+def mean_over_ranks(
+        values: Union[Sequence[float], torch.Tensor]) -> List[float]:
+    """``values`` averaged over the ranks (one all_reduce; in one process
+    as they are): a decision taken from them is the same on every rank."""
+    values = torch.as_tensor(values, dtype=torch.float64)
+    if get_world_size() > 1:
+        all_reduce(values, op='mean')
+    return values.tolist()
 
 
 def current_lrs(runner: Runner) -> Optional[str]:

@@ -17,6 +17,7 @@ from mocoplug.evaluation import alignment, embedding_std, uniformity
 from mocoplug.models import InfoNCEHead, MoCo
 from mocoplug.registry import MODELS
 from mocoplug.visualization import load_scalars
+from ...models.algorithms.test_mocov3 import DIM as DIM_V3
 from ...models.algorithms.test_mocov3 import branches, samples, tiny_mocov3
 
 RESNET = dict(
@@ -60,6 +61,12 @@ def fake_runner(model, iteration=0):
         train_dataloader=range(100),  # 100 iterations an epoch
         logger=MMLogger.get_current_instance(),
         message_hub=MessageHub.get_current_instance())
+
+
+def loader_of_4():
+    """A stand-in train loader: batch 4, 100 batches of 400 images."""
+    return type('Loader', (list, ), dict(batch_size=4, dataset=range(400)))(
+        range(100))
 
 
 def tiny_moco(queue_size=6, dim=4):
@@ -385,4 +392,42 @@ def test_a_run_that_cannot_learn_is_warned_about_early(digits_runs):
     # the same check, asked to stop: raises with the same message
     hook.not_learning, hook.on_not_learning = None, 'stop'
     with pytest.raises(NotLearningError, match='NOT LEARNING'):
+        hook.check_learning(runner)
+
+
+@pytest.mark.parametrize('queue', [True, False], ids=['queue', 'in-batch'])
+def test_the_learning_check_reads_one_unweighted_infonce_term(queue):
+    """MoCo v3 logs loss = w (term_1 + term_2), w = 2 t = 2: a logged loss
+    of 4 (chance - 1) is one unweighted term 1 nat below chance, ln(K + 1)
+    with a queue of K, ln(global batch) with in-batch negatives; the check
+    must not call that NOT LEARNING (it read the weighted sum: issue 36)."""
+    torch.manual_seed(0)
+    model = tiny_mocov3(
+        queue=dict(type='NegativeKeyQueue', size=15, dim=DIM_V3
+                   ) if queue else None)
+    runner = fake_runner(model)
+    runner.train_dataloader = loader_of_4()
+    hook = RepresentationHealthHook(interval=1, on_not_learning='stop')
+    hook.before_train(runner)
+    hook.before_train_iter(runner, batch_idx=0)
+    model.loss(list(torch.randn(2, 4, 3, 32, 32)), samples(range(4)))
+    hook.after_train_iter(runner, batch_idx=0)
+    assert hook._terms == 2
+    hook._gaps = []  # the loss alone decides here
+    chance = math.log(16 if queue else 4)
+    hub = runner.message_hub
+    hub.log_scalars.pop('train/loss', None)
+    for _ in range(50):
+        hub.update_scalar('train/loss', 2.0 * 2 * (chance - 1.0))
+    hook.check_learning(runner)  # 'stop': raises if it misjudged
+    assert hook.not_learning['learning']
+    assert hook.not_learning['loss'] == pytest.approx(chance - 1.0)
+    assert hook.not_learning['chance'] == pytest.approx(chance)
+    # at chance level it is called so, with the unweighted figure
+    for _ in range(50):
+        hub.update_scalar('train/loss', 2.0 * 2 * chance)
+    hook.not_learning = None
+    from mocoplug.engine.hooks.representation_health_hook import \
+        NotLearningError
+    with pytest.raises(NotLearningError, match='one term, unweighted'):
         hook.check_learning(runner)
