@@ -32,19 +32,22 @@ KERNEL_FIXES = dict(
     deterministic='randomness.deterministic as when it was written',
     matmul_precision='torch.set_float32_matmul_precision as when it was '
     'written',
-    cuda='resume on the GPU model, CUDA and cuDNN that wrote it')
+    cuda='resume on the GPU model, CUDA and cuDNN that wrote it',
+    allow_tf32='torch.backends.cuda.matmul.allow_tf32 and '
+    'torch.backends.cudnn.allow_tf32 as when it was written',
+    cudnn_deterministic='randomness.deterministic as when it was written',
+    cudnn_benchmark='env_cfg.cudnn_benchmark as when it was written')
 
 
 def cpu_model() -> str:
     """The CPU model name (Linux), else what platform knows."""
     try:
         with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith('model name'):
-                    return line.split(':', 1)[1].strip()
+            names = [n for n in f if n.startswith('model name')]
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        names = []
+    return names[0].split(':', 1)[1].strip() if names else (
+        platform.processor() or platform.machine())
 
 
 def kernel_settings() -> Dict[str, Any]:
@@ -60,11 +63,33 @@ def kernel_settings() -> Dict[str, Any]:
         deterministic=torch.are_deterministic_algorithms_enabled(),
         matmul_precision=torch.get_float32_matmul_precision())
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        settings['cuda'] = (
-            f'{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}, '
-            f'cuDNN {torch.backends.cudnn.version()}, benchmark '
-            f'{torch.backends.cudnn.benchmark}')
+        cudnn = torch.backends.cudnn
+        settings.update(
+            cuda=f'{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}, '
+            f'cuDNN {cudnn.version()}',
+            allow_tf32=f'matmul {torch.backends.cuda.matmul.allow_tf32}, '
+            f'cudnn {cudnn.allow_tf32}',
+            cudnn_deterministic=cudnn.deterministic,
+            cudnn_benchmark=cudnn.benchmark)
     return settings
+
+
+def rounding_differences(saved: Optional[dict], new: dict) -> List[str]:
+    """Why kernels under the settings ``new``, resumed from ``saved``
+    (None: not recorded), may round unlike an uninterrupted run's."""
+    why = [
+        f'the kernel setting {key} was {saved.get(key)!r} when the checkpoint '
+        f'was written and is {new.get(key)!r} now ({KERNEL_FIXES.get(key)})'
+        for key in sorted(set(saved) | set(new))
+        if saved.get(key) != new.get(key)
+    ] if saved else ['the checkpoint records no kernel settings']
+    if 'cuda' in new and (not new['deterministic'] or new['cudnn_benchmark']):
+        why.append(f'deterministic algorithms are {new["deterministic"]} '
+                   f'and cudnn.benchmark is {new["cudnn_benchmark"]} on CUDA,'
+                   ' where not even an uninterrupted run repeats itself (set '
+                   'randomness.deterministic=True, cudnn_benchmark=False in '
+                   'env_cfg)')
+    return why
 
 
 def _warn(message: str) -> None:
@@ -83,9 +108,8 @@ def _apply_before_next(iterator: Iterator, hook: 'ExactResumeHook',
     """IterBasedTrainLoop's dataloader iterator, applying the pending
     snapshot before each batch after the ``skip`` replayed ones."""
     while True:
-        if skip > 0:
-            skip -= 1
-        else:
+        skip -= 1
+        if skip < 0:
             hook.apply_pending()
         try:
             batch = next(iterator)
@@ -128,7 +152,6 @@ class ExactResumeHook(Hook):
     def _take_snapshot(self, runner: Runner, epoch: int, iteration: int,
                        gather: bool) -> None:
         self._pending = state = get_random_state()
-        gather = gather and get_world_size() > 1
         ranks = all_gather_object(state) if gather else [state]
         self._snapshot = dict(epoch=epoch, iter=iteration, ranks=ranks)
 
@@ -149,8 +172,7 @@ class ExactResumeHook(Hook):
                       f'{NOT_EXACT}. Set persistent_workers=False (or '
                       '--no-persistent-workers) for exact resumes.')
             return
-        if not (transforms
-                and isinstance(transforms[0], ReseedWorkerPerEpoch)):
+        if not isinstance((transforms or [None])[0], ReseedWorkerPerEpoch):
             transforms.insert(0, ReseedWorkerPerEpoch())
         self._seeder = transforms[0]
         # a seeder the config names holds the default seed and rank
@@ -193,32 +215,23 @@ class ExactResumeHook(Hook):
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         meta = checkpoint.get('meta', {})
-        snapshot = self._snapshot
-        position = (meta.get('epoch'), meta.get('iter'))
-        if snapshot is None or \
-                (snapshot['epoch'], snapshot['iter']) != position:
-            # saved elsewhere (mid-epoch, another hook): this rank's, now
-            snapshot = dict(
-                epoch=meta.get('epoch'),
-                iter=meta.get('iter'),
-                ranks=[get_random_state()])
-            exact = False
-        else:
-            exact = len(snapshot['ranks']) == get_world_size()
+        here = dict(epoch=meta.get('epoch'), iter=meta.get('iter'))
+        snapshot = self._snapshot or {}
+        ranks = snapshot.get('ranks')
+        if {k: snapshot.get(k) for k in here} != here:
+            ranks = None  # saved elsewhere (mid-epoch, another hook)
         loader = runner.train_loop.dataloader
-        sampler = getattr(loader, 'sampler', None)
-        seed = getattr(sampler, 'seed', None)
+        seed = getattr(getattr(loader, 'sampler', None), 'seed', None)
         checkpoint[STATE_KEY] = dict(
+            here,
             version=STATE_VERSION,
             loop=self._mode,
-            exact=exact,
-            epoch=snapshot['epoch'],
-            iter=snapshot['iter'],
+            exact=ranks is not None and len(ranks) == get_world_size(),
             num_workers=int(getattr(loader, 'num_workers', 0)),
             world_size=get_world_size(),
             sampler_seed=None if seed is None else int(seed),
             kernels=kernel_settings(),
-            ranks=snapshot['ranks'])
+            ranks=ranks or [get_random_state()])  # else this rank's, now
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         # before the model is loaded, after hooks that edit it (EMAHook)
@@ -228,66 +241,56 @@ class ExactResumeHook(Hook):
         problems = self._resume_problems(runner, checkpoint)
         if problems:
             return _warn('; '.join(problems) + f'; {NOT_EXACT}.')
-        state = checkpoint[STATE_KEY]
-        self._pending = state['ranks'][get_rank()]
-        self._snapshot = None
-        kernels = ', '.join(f'{k} {v}' for k, v in state['kernels'].items())
+        state, now = checkpoint[STATE_KEY], kernel_settings()
+        self._pending, self._snapshot = state['ranks'][get_rank()], None
+        rounding = rounding_differences(state.get('kernels'), now)
+        done = (f'resuming at epoch {state["epoch"]}, iteration '
+                f'{state["iter"]} with the random streams, data order and '
+                'process and worker counts of the checkpoint')
+        if rounding:  # the same batches and augmentations, other rounding
+            return _warn(f'{done}: the data order and augmentations are an '
+                         'uninterrupted run\'s, but the floating-point '
+                         'results may differ in the last bits because ' +
+                         '; '.join(rounding) + '.')
+        kernels = ', '.join(f'{k} {v}' for k, v in now.items())
         print_log(
-            f'ExactResumeHook: resuming at epoch {state["epoch"]}, iteration '
-            f'{state["iter"]} with the random streams, data order, process '
-            f'and worker counts and kernel settings ({kernels}) of the '
-            'checkpoint: the continuation is bit-identical',
+            f'ExactResumeHook: {done}, under its kernel settings ({kernels}): '
+            'the continuation is bit-identical',
             logger='current')
 
     def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
-        """Why this checkpoint cannot continue exactly (empty when it can);
-        restores the sampler seed where it can."""
+        """Why this checkpoint's random streams cannot continue an
+        uninterrupted run's (empty when they can); restores the sampler seed
+        where it can."""
         state = checkpoint.get(STATE_KEY)
         if state is None:
             return [
                 'the checkpoint carries no random state (written without '
                 'ExactResumeHook): the random streams are not restored'
             ]
-        loop = runner.train_loop
-        problems = []
-        mode = _loop_kind(loop)
-        if mode == 'other':
-            problems.append(f'{type(loop).__name__} is not supported (only '
-                            'EpochBasedTrainLoop and IterBasedTrainLoop)')
+        loop, mode = runner.train_loop, _loop_kind(runner.train_loop)
         saved_mode = state['loop'].split('-')[0]  # 'epoch-workers'
-        if mode != 'other' and saved_mode != mode:
-            problems.append(f'the checkpoint was written by a {saved_mode}'
-                            f'-based loop, this run is {mode}-based')
-        if not state['exact']:
-            problems.append(
-                'the checkpoint was not taken at an epoch end (use '
-                'IterBasedTrainLoop for mid-epoch checkpoints) or not all '
-                'ranks\' states were gathered')
-        if state['world_size'] != get_world_size():
-            problems.append(f'it was written by {state["world_size"]} '
-                            f'processes, this run has {get_world_size()}')
         workers = int(getattr(loop.dataloader, 'num_workers', 0))
-        if state['num_workers'] != workers:
-            problems.append(f'it was written with num_workers='
-                            f'{state["num_workers"]}, this run has {workers}')
         sampler = getattr(loop.dataloader, 'sampler', None)
         saved_seed = state.get('sampler_seed')
-        if saved_seed is not None and getattr(sampler, 'seed',
-                                              saved_seed) != saved_seed:
-            if mode == 'epoch':
-                sampler.seed = saved_seed  # read afresh every epoch
-            else:
-                problems.append(
-                    f'the sampler seed {sampler.seed} differs from the '
-                    f'checkpoint\'s {saved_seed} (set randomness.seed='
-                    f'{saved_seed})')
-        saved, now = state.get('kernels'), kernel_settings()
-        if saved is None:  # written before the settings were recorded
-            return problems + ['the checkpoint records no kernel settings']
-        for key in sorted(set(saved) | set(now)):
-            if saved.get(key) != now.get(key):
-                problems.append(
-                    f'the kernel setting {key} was {saved.get(key)!r} when '
-                    f'the checkpoint was written and is {now.get(key)!r} '
-                    f'now ({KERNEL_FIXES.get(key, "")})')
-        return problems
+        seed = getattr(sampler, 'seed', saved_seed)
+        if mode == 'epoch' and saved_seed not in (None, seed):
+            sampler.seed = seed = saved_seed  # read afresh every epoch
+        checks = [
+            (mode == 'other', f'{type(loop).__name__} is not supported (only '
+             'EpochBasedTrainLoop and IterBasedTrainLoop)'),
+            (mode not in ('other', saved_mode), 'the checkpoint was written '
+             f'by a {saved_mode}-based loop, this run is {mode}-based'),
+            (not state['exact'], 'the checkpoint was not taken at an epoch '
+             'end (use IterBasedTrainLoop for mid-epoch checkpoints) or not '
+             'all ranks\' states were gathered'),
+            (state['world_size'] != get_world_size(), 'it was written by '
+             f'{state["world_size"]} processes, this run has '
+             f'{get_world_size()}'),
+            (state['num_workers'] != workers, 'it was written with '
+             f'num_workers={state["num_workers"]}, this run has {workers}'),
+            (saved_seed not in (None, seed), f'the sampler seed {seed} '
+             f'differs from the checkpoint\'s {saved_seed} (set '
+             f'randomness.seed={saved_seed})'),
+        ]
+        return [text for bad, text in checks if bad]

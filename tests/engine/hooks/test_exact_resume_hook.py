@@ -52,6 +52,31 @@ class DrawRandomNumbersHook(Hook):
             self._draw()
 
 
+DRAWS = {}
+
+
+@HOOKS.register_module(force=True)
+class RecordDrawsHook(Hook):
+    """Draws from the torch, numpy and Python generators at each iteration,
+    as augmentations do, recording the draws (``DRAWS[work_dir][iter]``)."""
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        DRAWS.setdefault(runner.work_dir,
+                         {})[runner.iter] = (torch.rand(4), np.random.rand(4),
+                                             random.random())
+
+
+def assert_streams_restored(uninterrupted, resumed):
+    """The resumed run (from iteration 2) draws at iterations 2 and 3 what
+    the uninterrupted run drew, bit for bit."""
+    full, after = DRAWS[str(uninterrupted)], DRAWS[str(resumed)]
+    assert sorted(after) == [2, 3]
+    for i, (torch_draw, numpy_draw, python_draw) in after.items():
+        assert torch.equal(torch_draw, full[i][0])
+        assert np.array_equal(numpy_draw, full[i][1])
+        assert python_draw == full[i][2]
+
+
 def build_cfg(load_tool,
               work_dir,
               workers,
@@ -297,11 +322,23 @@ def test_other_worker_count_warns_and_load_from_is_ignored(
     assert len(warnings_logged) == 1
 
 
-def test_other_thread_count_warns_naming_it(tmp_path, tiny_runner_cfg,
-                                            warnings_logged):
-    """Another thread count rounds float sums differently: the resume says
-    it is not bit-identical, names the setting and its fix."""
-    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+def draw_cfg(tiny_runner_cfg, work_dir, **overrides):
+    """The toy run, recording draws; a fixed seed, as the sampler's seed
+    must be the checkpoint's in an iteration-based loop."""
+    return toy_cfg(
+        tiny_runner_cfg,
+        work_dir,
+        custom_hooks=[dict(type='RecordDrawsHook')],
+        randomness=dict(seed=0),
+        **overrides)
+
+
+def test_other_thread_count_restores_the_streams_naming_it(
+        tmp_path, tiny_runner_cfg, warnings_logged):
+    """Another thread count rounds float sums differently: the random
+    streams are restored all the same (the data order and augmentations of
+    an uninterrupted run), and the warning names the setting and its fix."""
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'a'))
     ckpt = str(tmp_path / 'a' / 'iter_2.pth')
     saved = torch.load(ckpt, weights_only=False)['resume_state']['kernels']
     assert saved['threads'] == torch.get_num_threads()
@@ -310,30 +347,144 @@ def test_other_thread_count_warns_naming_it(tmp_path, tiny_runner_cfg,
     torch.set_num_threads(threads + 1)
     try:
         run(
-            toy_cfg(
+            draw_cfg(
                 tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
     finally:
         torch.set_num_threads(threads)
+    assert_streams_restored(tmp_path / 'a', tmp_path / 'b')
     assert len(warnings_logged) == 1
-    assert (f'kernel setting threads was {threads} when the checkpoint was '
-            f'written and is {threads + 1} now') in warnings_logged[0]
-    assert 'OMP_NUM_THREADS' in warnings_logged[0]
-    assert 'will not be bit-identical' in warnings_logged[0]
+    assert ('resuming at epoch 0, iteration 2 with the random streams, data '
+            'order and process and worker counts of the checkpoint: the data '
+            'order and augmentations are an uninterrupted run\'s, but the '
+            'floating-point results may differ in the last bits because the '
+            f'kernel setting threads was {threads} when the checkpoint was '
+            f'written and is {threads + 1} now (torch.set_num_threads / '
+            'OMP_NUM_THREADS as when it was written).') in warnings_logged[0]
 
 
-def test_a_checkpoint_without_kernel_settings_warns(tmp_path, tiny_runner_cfg,
-                                                    warnings_logged):
+def test_a_checkpoint_without_kernel_settings_restores_the_streams(
+        tmp_path, tiny_runner_cfg, warnings_logged):
     """A checkpoint of a mocoplug that did not record the kernel settings
-    resumes, told that it cannot be called bit-identical."""
-    run(toy_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    resumes with its random streams, told that the results may differ."""
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'a'))
     ckpt = str(tmp_path / 'a' / 'iter_2.pth')
     state = torch.load(ckpt, weights_only=False)
     del state['resume_state']['kernels']
     torch.save(state, ckpt)
-    run(toy_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
+    assert_streams_restored(tmp_path / 'a', tmp_path / 'b')
     assert len(warnings_logged) == 1
-    assert 'records no kernel settings' in warnings_logged[0]
-    assert 'will not be bit-identical' in warnings_logged[0]
+    assert ('the data order and augmentations are an uninterrupted run\'s, '
+            'but the floating-point results may differ in the last bits '
+            'because the checkpoint records no kernel settings.'
+            ) in warnings_logged[0]
+
+
+def test_a_resume_claims_bit_identity_only_where_it_holds(
+        tmp_path, tiny_runner_cfg, device, monkeypatch):
+    """On the CPU the same settings resume bit-identically; on CUDA the
+    checkpoint records the cuDNN and TF32 flags, and without deterministic
+    algorithms the log says the streams are restored but not even an
+    uninterrupted run repeats itself, and the fix."""
+    import mocoplug.engine.hooks.exact_resume_hook as module
+    logged = []
+    monkeypatch.setattr(
+        module,
+        'print_log',
+        lambda msg, logger=None, level=20: logged.append(msg))
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
+    assert_streams_restored(tmp_path / 'a', tmp_path / 'b')
+    kernels = torch.load(ckpt, weights_only=False)['resume_state']['kernels']
+    assert len(logged) == 1
+    assert device == 'cpu' or 'cuda' in kernels
+    if 'cuda' not in kernels:  # (CUDA initialised: settings of a GPU run)
+        assert logged[0].endswith('the continuation is bit-identical')
+        return
+    assert {'cuda', 'allow_tf32', 'cudnn_deterministic',
+            'cudnn_benchmark'} <= set(kernels)
+    assert ('because deterministic algorithms are False and cudnn.benchmark '
+            'is False on CUDA, where not even an uninterrupted run repeats '
+            'itself (set randomness.deterministic=True, cudnn_benchmark=False '
+            'in env_cfg).') in logged[0]
+
+
+def test_a_cuda_resume_with_cudnn_benchmark_says_it_does_not_repeat(
+        tmp_path, tiny_runner_cfg, monkeypatch):
+    """The same as above with the settings of a CUDA run under
+    cudnn.benchmark (on the CPU, the settings replaced)."""
+    import mocoplug.engine.hooks.exact_resume_hook as module
+    settings = dict(
+        module.kernel_settings(), **{
+            k: v
+            for k, v in CUDA_SETTINGS.items() if k.startswith(('cu', 'allow'))
+        })
+    settings['cudnn_benchmark'] = True
+    monkeypatch.setattr(module, 'kernel_settings', lambda: settings)
+    logged = []
+    monkeypatch.setattr(
+        module,
+        'print_log',
+        lambda msg, logger=None, level=20: logged.append(msg))
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'a'))
+    ckpt = str(tmp_path / 'a' / 'iter_2.pth')
+    run(draw_cfg(tiny_runner_cfg, tmp_path / 'b', resume=True, load_from=ckpt))
+    assert_streams_restored(tmp_path / 'a', tmp_path / 'b')
+    assert len(logged) == 1
+    assert (
+        'with the random streams, data order and process and worker '
+        'counts of the checkpoint: the data order and augmentations are '
+        'an uninterrupted run\'s, but the floating-point results may '
+        'differ in the last bits because deterministic algorithms are '
+        f'{settings["deterministic"]} and cudnn.benchmark is True on CUDA, '
+        'where not even an uninterrupted run repeats itself (set '
+        'randomness.deterministic=True, cudnn_benchmark=False in '
+        'env_cfg).') in logged[0]
+
+
+CUDA_SETTINGS = dict(
+    torch='2.14.1+cu130',
+    threads=8,
+    cpu='AMD EPYC 9654',
+    cpu_capability='AVX512',
+    onednn_isa='ALL',
+    deterministic=True,
+    matmul_precision='highest',
+    cuda='NVIDIA H200, CUDA 13.0, cuDNN 91300',
+    allow_tf32='matmul False, cudnn True',
+    cudnn_deterministic=True,
+    cudnn_benchmark=False)
+
+
+@pytest.mark.parametrize(
+    'change,why',
+    [(dict(), None),
+     (dict(deterministic=False), 'deterministic algorithms are False and '
+      'cudnn.benchmark is False on CUDA'),
+     (dict(cudnn_benchmark=True), 'deterministic algorithms are True and '
+      'cudnn.benchmark is True on CUDA'),
+     (dict(allow_tf32='matmul True, cudnn True'), None)],
+    ids=['deterministic', 'nondeterministic', 'benchmark', 'tf32'])
+def test_bit_identity_on_cuda_needs_deterministic_kernels(change, why):
+    """A run on CUDA repeats itself only with deterministic algorithms and
+    without cudnn.benchmark; the TF32 flags are compared like the others."""
+    from mocoplug.engine.hooks.exact_resume_hook import rounding_differences
+    now = dict(CUDA_SETTINGS, **change)
+    if why is not None:  # not even against the same settings
+        assert rounding_differences(now, now) == [
+            f'{why}, where not even an uninterrupted run repeats itself (set '
+            'randomness.deterministic=True, cudnn_benchmark=False in env_cfg)'
+        ]
+        return
+    assert rounding_differences(now, now) == []
+    if change:
+        assert rounding_differences(CUDA_SETTINGS, now) == [
+            "the kernel setting allow_tf32 was 'matmul False, cudnn True' "
+            "when the checkpoint was written and is 'matmul True, cudnn True' "
+            'now (torch.backends.cuda.matmul.allow_tf32 and '
+            'torch.backends.cudnn.allow_tf32 as when it was written)'
+        ]
 
 
 def test_a_seeder_named_in_the_config_gets_the_seed_and_rank(monkeypatch):
