@@ -8,12 +8,13 @@
 # mmcv comes in two forms of the same version and import name (`mmcv`):
 # mmcv-lite, pure Python, a wheel on PyPI; and mmcv with its compiled ops,
 # which PyPI has no wheel of. The default installs mmcv-lite: nothing is
-# compiled, and `import mocoplug` has torchvision serve the ops mmdet's
-# detectors call (mocoplug/compat/mmcv_ops.py). --with-ops (`make
-# setup-full`) swaps in the compiled mmcv, for other mmcv ops: a wheel from
-# PIP_FIND_LINKS or the cache, else built once from source (~18 min on 2
-# cores), with the CUDA kernels where nvcc is found (FORCE_CUDA=1), else
-# CPU-only, as it says. A compiled mmcv already there is kept in either mode.
+# compiled, and mocoplug's site hook (mocoplug-site.pth, mocoplug_site/) has
+# torchvision serve the ops mmdet's detectors call in every Python process,
+# whether it imports mocoplug or not. --with-ops (`make setup-full`) swaps in
+# the compiled mmcv, for other mmcv ops: a wheel from PIP_FIND_LINKS or the
+# cache, else built once from source (~18 min on 2 cores), with the CUDA
+# kernels where nvcc is found (FORCE_CUDA=1), else CPU-only, as it says. A
+# compiled mmcv already there is kept in either mode.
 #
 # Idempotent: a second run checks a stamp and the installed stack and exits in
 # seconds. Steps: 1. the venv (Python 3.11; PYTHON=/path/to/python picks

@@ -14,6 +14,8 @@ from ..utils.split_batch_norm import SPLITTABLE
 from .base_momentum import BaseMomentumSelfSupervisor, build_module
 
 SHUFFLE_BN_MODES = ('ddp', 'split', 'none')
+CHOOSE = ("'ddp' on several GPUs/processes, 'split' on one GPU or CPU, "
+          "'none' only with SyncBN or no BN")
 
 
 @MODELS.register_module()
@@ -46,13 +48,14 @@ class MoCo(BaseMomentumSelfSupervisor):
         super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
         if shuffle_bn not in SHUFFLE_BN_MODES:
             raise ValueError(f'MoCo: shuffle_bn must be one of '
-                             f'{SHUFFLE_BN_MODES}, got {shuffle_bn!r}')
+                             f'{SHUFFLE_BN_MODES}, got {shuffle_bn!r}: '
+                             f'{CHOOSE}')
         self.shuffle_bn = shuffle_bn
         self.num_splits = num_splits
         if shuffle_bn == 'split':
             if not any(type(m) in SPLITTABLE for m in self.modules()):
                 raise ValueError("MoCo: shuffle_bn='split' found no "
-                                 "BatchNorm; use shuffle_bn='none'")
+                                 f"BatchNorm: {CHOOSE}")
             SplitBatchNorm.convert(self.backbone, num_splits)
             SplitBatchNorm.convert(self.neck, num_splits)
         self.queue = build_module(queue)
@@ -67,8 +70,8 @@ class MoCo(BaseMomentumSelfSupervisor):
         if mode == 'ddp' and get_world_size() == 1:
             if not self._warned_single_process:
                 print_log(
-                    "MoCo: shuffle_bn='ddp' does nothing in one "
-                    "process; 'split' emulates it",
+                    "MoCo: shuffle_bn='ddp' does nothing in one process: "
+                    f"{CHOOSE}",
                     logger='current',
                     level=30)
                 self._warned_single_process = True

@@ -68,7 +68,10 @@ class SplitBatchNorm(_BatchNorm):
         n, c = x.shape[:2]
         splits = self.num_splits
         if n < splits:
-            raise ValueError(f'SplitBatchNorm: batch {n} < num_splits')
+            raise ValueError(
+                f'SplitBatchNorm: batch {n} < num_splits {splits}: lower '
+                'model.num_splits to a divisor of the per-process batch, or '
+                'raise the batch size')
         # momentum None: _store_running does the cumulative average
         momentum = 1.0 if self.momentum is None else self.momentum
         if self.track_running_stats:

@@ -10,6 +10,7 @@ from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
 from mmpretrain.models.utils import batch_shuffle_ddp, batch_unshuffle_ddp
 from mmpretrain.structures import DataSample
 
+import mocoplug.models.algorithms.moco as moco_module
 from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.models import MoCo, SplitBatchNorm
 from ...gloo import free_port, join_gloo_group, run_two_ranks
@@ -353,16 +354,38 @@ def test_split_shuffle_bn_converts_both_encoders_and_unshuffles_keys(
     assert not torch.allclose(keys, unshuffled, atol=1e-4)
 
 
+CHOOSE = ("'ddp' on several GPUs/processes, 'split' on one GPU or CPU, "
+          "'none' only with SyncBN or no BN")
+
+
 def test_bad_configs_name_the_field():
-    with pytest.raises(ValueError, match="shuffle_bn must be one of"):
+    with pytest.raises(ValueError) as error:
         tiny_moco(shuffle_bn='sync')
-    with pytest.raises(ValueError, match="shuffle_bn='split' found no"):
+    assert str(error.value) == ("MoCo: shuffle_bn must be one of ('ddp', "
+                                f"'split', 'none'), got 'sync': {CHOOSE}")
+    with pytest.raises(ValueError) as error:
         tiny_moco(
             backbone=dict(BACKBONE, norm_cfg=dict(type='GN', num_groups=4)),
             shuffle_bn='split')
+    assert str(error.value) == ("MoCo: shuffle_bn='split' found no "
+                                f'BatchNorm: {CHOOSE}')
     model = tiny_moco()
     with pytest.raises(ValueError, match='MultiView'):
         model.loss(torch.randn(2, 3, 32, 32), None)
+
+
+def test_ddp_shuffle_bn_in_one_process_warns_once_with_the_choice(monkeypatch):
+    logged = []
+    monkeypatch.setattr(
+        moco_module,
+        'print_log',
+        lambda msg, logger=None, level=20: logged.append(msg))
+    model = tiny_moco(shuffle_bn='ddp')
+    for _ in range(2):
+        model.encode_keys(torch.randn(2, 3, 32, 32))
+    assert logged == [
+        f"MoCo: shuffle_bn='ddp' does nothing in one process: {CHOOSE}"
+    ]
 
 
 @pytest.mark.parametrize('fused', [False, True])

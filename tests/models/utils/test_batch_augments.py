@@ -195,6 +195,24 @@ def test_fixed_point_kernels_sum_to_256_and_are_symmetric():
     assert (kernels[1, :5] == 0).all()  # sigma 0.1: width 3
 
 
+@pytest.mark.parametrize('size', [4, 3])
+def test_blur_radius_not_below_the_image_side_is_refused(size):
+    """Sigma 1 blurs with radius 3: 4 px images are blurred, 3 px ones
+    (reflect-101 padding needs radius < side) refused with the fix."""
+    blur = BatchGaussianBlur((1., 1.), prob=1.)
+    images = torch.zeros(1, 1, size, size)
+    params = blur.sample(1, torch.Generator().manual_seed(0), 'cpu')
+    if size > 3:
+        assert torch.equal(blur(images, params), images)
+        return
+    with pytest.raises(ValueError) as error:
+        blur(images, params)
+    assert str(error.value) == (
+        'BatchGaussianBlur: the radius 3 (ceil(3 * max sigma)) is not < the '
+        'image side 3 px: lower the max of sigma_range to <= 0.666667 or '
+        'blur larger images')
+
+
 def test_solarize_is_mmpretrains():
     images, batch = photos(3)
     apply = torch.tensor([True, False, True])

@@ -117,9 +117,12 @@ def test_syncbn_is_left_alone():
     assert SplitBatchNorm.convert(sync, num_splits=2) is sync
 
 
-def test_too_small_batch_is_refused():
-    with pytest.raises(ValueError, match='num_splits'):
+def test_too_small_batch_is_refused_with_the_values_and_the_fix():
+    with pytest.raises(ValueError) as error:
         SplitBatchNorm(2, num_splits=4)(torch.randn(3, 2, 2, 2))
+    assert str(error.value) == (
+        'SplitBatchNorm: batch 3 < num_splits 4: lower model.num_splits to a '
+        'divisor of the per-process batch, or raise the batch size')
 
 
 # Float64. The even split folds both layouts into the same contiguous batch

@@ -46,7 +46,10 @@ def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
 def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
     """Source index of each padded position (BORDER_REFLECT_101)."""
     if radius >= size:
-        raise ValueError(f'BatchGaussianBlur: {size} px < radius {radius}')
+        raise ValueError(
+            f'BatchGaussianBlur: the radius {radius} (ceil(3 * max sigma)) is '
+            f'not < the image side {size} px: lower the max of sigma_range to '
+            f'<= {(size - 1) / 3:g} or blur larger images')
     index = torch.arange(-radius, size + radius, device=device).abs()
     return torch.where(index >= size, 2 * (size - 1) - index, index)
 
