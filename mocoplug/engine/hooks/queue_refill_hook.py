@@ -15,18 +15,20 @@ from mocoplug.registry import HOOKS
 
 @HOOKS.register_module()
 class QueueRefillHook(Hook):
-    """Fill MoCo's queue with keys of ceil(K / total batch) batches of this
-    data before the first step of a run whose encoders start from released
-    weights (``model.encoders_from``); not from scratch, nor on resume."""
+    """Fill the queue (MoCo's, or a MoCo v3 with one) with keys of
+    ceil(K / total batch) batches of this data before the first step of a
+    run whose encoders start from released weights (``model.encoders_from``);
+    not from scratch, not when a checkpoint was resumed, nor without a
+    queue. After ``ExactResumeHook`` (priority 89) has set up the workers'
+    seeding, so an uninterrupted run and a resumed one load alike."""
 
-    priority = 'LOW'
+    priority = 'VERY_LOW'
 
     @torch.no_grad()
     def before_train(self, runner: Runner) -> None:
         model = get_ori_model(runner.model)
-        if not getattr(model, 'encoders_from', None) or \
-                not hasattr(model, 'queue') or \
-                getattr(runner, '_resume', False):
+        if not getattr(model, 'encoders_from', None) or getattr(
+                model, 'queue', None) is None or runner.iter > 0:
             return
         loader = runner.train_dataloader
         batch = (loader.batch_size or 1) * get_world_size()

@@ -5,10 +5,11 @@ from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmpretrain.models.selfsup import BaseSelfSupervisor
 
 from mocoplug.registry import MODELS
-from ..utils import load_encoder_checkpoint
+from ..utils import at_least_float32, load_encoder_checkpoint
 
 
 def build_module(cfg: Union[dict, nn.Module, None]) -> Optional[nn.Module]:
@@ -68,6 +69,14 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 neck=copy.deepcopy(self.neck)))
         for param in self.momentum_encoder.parameters():
             param.requires_grad_(False)
+
+    @torch.no_grad()
+    def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised momentum-encoder embeddings, float32 or wider."""
+        return F.normalize(
+            at_least_float32(self.momentum_encoder(images)[0]), dim=1)
+
+    encode_keys = embed_keys  # the queue's keys (MoCo: under Shuffle BN)
 
     def momentum_pairs(self) -> List[Tuple[nn.Module, nn.Module]]:
         """The (online, momentum) module pairs MomentumUpdateHook updates."""

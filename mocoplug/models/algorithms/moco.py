@@ -84,11 +84,6 @@ class MoCo(BaseMomentumSelfSupervisor):
             return self.embed_keys(images[perm])[torch.argsort(perm)]
         return self.embed_keys(images)
 
-    def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised momentum-encoder embeddings, float32 or wider."""
-        return F.normalize(
-            at_least_float32(self.momentum_encoder(images)[0]), dim=1)
-
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
         """``loss`` and ``contrast_acc`` of [query, key] views, then enqueue
