@@ -60,6 +60,11 @@ def pytest_terminal_summary(terminalreporter):
         line = ('mmcv ops: served by torchvision (mmcv-lite); compared '
                 'against the float64 definitions only (no compiled mmcv)')
     terminalreporter.write_line(line)
+    if any('test_path_matrix' in getattr(report, 'nodeid', '')
+           for reports in terminalreporter.stats.values()
+           for report in reports):
+        from tests.test_path_matrix import summary_line
+        terminalreporter.write_line(summary_line())
 
 
 def pytest_configure(config):

@@ -123,3 +123,9 @@ default_hooks = dict(checkpoint=dict(max_keep_ckpts=3))
 # lr 2.4e-3 is for a total batch of 4096 (16 x 256); --auto-scale-lr
 # rescales it
 auto_scale_lr = dict(base_batch_size=4096)
+
+# MoCoV3ViT.init_weights freezes the fixed sin-cos position embedding after
+# the Runner has wrapped the model in DDP, which then waits for its gradient
+# at the second step of any run on 2+ GPUs (tests/test_path_matrix.py);
+# mmpretrain's ViT configs set the same.
+find_unused_parameters = True

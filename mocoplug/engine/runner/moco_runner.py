@@ -8,7 +8,7 @@ from mmengine.config import Config, ConfigDict
 from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
+from mmengine.model import is_model_wrapper, revert_sync_batchnorm
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
@@ -113,6 +113,15 @@ class MoCoRunner(Runner):
         checks mmcv's ops on the model's device."""
         if self.distributed and not is_model_wrapper(model):
             if not has_accelerator():
+                if any(
+                        isinstance(m, nn.SyncBatchNorm)
+                        for m in model.modules()):
+                    print_log(
+                        'no GPU: SyncBN (norm_cfg) needs GPUs; on CPU ranks '
+                        'each rank normalises its own batch (BatchNorm)',
+                        logger='current',
+                        level=logging.WARNING)
+                    model = revert_sync_batchnorm(model)
                 find_unused = self.cfg.get('find_unused_parameters', False)
                 model_wrapper_cfg = cpu_model_wrapper_cfg(
                     model_wrapper_cfg, find_unused)

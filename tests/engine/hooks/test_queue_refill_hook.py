@@ -50,6 +50,7 @@ def test_the_queue_holds_only_keys_of_this_data_at_the_first_step(
     cfg.model.update(encoders_from=path)
     cfg.model.queue.size = 44
     cfg.default_hooks.queue_refill = dict(type='QueueRefillHook')
+    cfg.resume = True  # a script that always passes --resume: none found
     runner = run(cfg)
     start, first = QueueSpy.seen['start'], QueueSpy.seen['first step']
     # no random initial key is left, every slot holds a unit key

@@ -431,3 +431,26 @@ def test_the_learning_check_reads_one_unweighted_infonce_term(queue):
         NotLearningError
     with pytest.raises(NotLearningError, match='one term, unweighted'):
         hook.check_learning(runner)
+
+
+def test_the_not_learning_hint_names_the_crops_area_range():
+    """'Views too hard or too easy' names the area range a crop takes
+    (crop_ratio_range), not RandomResizedCrop's output size (``scale``)."""
+    from mocoplug.datasets import DigitsDataset
+    runner = fake_runner(tiny_moco())
+    runner.train_dataloader = SimpleNamespace(
+        batch_size=4,
+        dataset=DigitsDataset(
+            split='train',
+            indices=4,
+            pipeline=[
+                dict(
+                    type='RandomResizedCrop',
+                    scale=96,
+                    crop_ratio_range=(0.2, 1.0))
+            ]))
+    hook = RepresentationHealthHook()
+    hook._model = runner.model
+    hint = hook.not_learning_causes(runner)[-1]
+    assert hint == ('Views too hard or too easy; this run crops 20% to 100% '
+                    'of the image area (crop_ratio_range).')
