@@ -43,11 +43,11 @@ lint:
 clean:
 	rm -rf work_dirs .pytest_cache
 
-# First contact with a GPU (CPU toy sizes without one): the device tests,
-# the MoCo v2 R50 config (AMP, bf16, channels_last), exact resume,
-# benchmarks, the GPU decode, and with 2+ GPUs the multi-GPU runs under
-# torchrun; one JSON report (see tools/gpu_check.py; PYTHON=python3 without
-# .venv).
+# First contact with a GPU (CPU toy sizes without one): the device tests
+# (`pytest -m device`), the MoCo v2 R50 config (AMP, bf16, channels_last),
+# exact resume, benchmarks, the GPU decode, mmdet's zoo, and with 2+ GPUs
+# the multi-GPU runs under torchrun; one JSON report (see tools/gpu_check.py;
+# PYTHON=python3 without .venv).
 .PHONY: gpu-check
 gpu-check:
 	$(PYTHON) tools/gpu_check.py

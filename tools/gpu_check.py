@@ -17,7 +17,7 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from typing import Callable, Dict, Optional
+from subprocess import PIPE, STDOUT
 
 # deterministic cuBLAS (exact_resume) needs it, read as CUDA starts
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
@@ -25,33 +25,26 @@ os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 import mmengine  # noqa: E402
 import torch  # noqa: E402
 from mmengine.config import Config  # noqa: E402
-from mmengine.dist import barrier  # noqa: E402
+from mmengine.dist import barrier, get_dist_info, get_rank  # noqa: E402
 
 from mocoplug.utils import walk_dicts  # noqa: E402
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = osp.join(ROOT, 'configs',
                   'mocov2/mocov2_r50_8xb32-coslr-200e_in1k.py')
-# test files with tests that take the `device` fixture (tests/conftest.py)
-DEVICE_TESTS = [
-    'tests/models/queues/test_negative_key_queue.py',
-    'tests/models/utils/test_fused_info_nce.py',
-    'tests/engine/hooks/test_momentum_update_hook.py',
-    'tests/models/utils/test_split_batch_norm.py',
-    'tests/models/algorithms/test_moco.py',
-    'tests/engine/hooks/test_exact_resume_hook.py',
-    'tests/models/algorithms/test_mixed_precision.py',
-]
 STEPS = ('device_tests', 'train', 'exact_resume', 'benchmark', 'knn',
-         'multi_gpu', 'detection')
+         'multi_gpu', 'detection', 'detection_zoo')
 V2_DEVICE_AUG = CONFIG.replace('.py', '_device-aug.py')
 V3_CONFIG = osp.join(ROOT, 'configs',
                      'mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py')
 FEATURES = {18: 512, 50: 2048}
+THREADS = ['--threads', str(torch.get_num_threads())]
+DCNV2 = 'dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py'  # in mmdet's zoo
 # cuda: the shipped config at its size; cpu: the same code paths, toy sizes
 SIZES = dict(
     cuda=dict(
         depth=50,
+        width=64,  # stem and base channels
         crop=224,
         image=256,
         batch=32,
@@ -61,14 +54,18 @@ SIZES = dict(
         resume_iters=40,
         bench=('--backbone resnet50 --img-size 224 --batch 32 '
                '--queue-size 65536 --steps 20 --warmup 5').split(),
-        bench_combos=[(a, c) for a in ('off', 'on') for c in ('off', 'on')],
-        augment_batches=['32', '256'],
+        # (AMP, channels_last, cuDNN autotuning)
+        bench_combos=[('off', 'off', False), ('off', 'on', False),
+                      ('on', 'off', False), ('on', 'on', False),
+                      ('off', 'off', True), ('on', 'on', True)],
+        augment='--batches 32 256'.split(),
         knn=[],  # benchmark_knn's defaults: ImageNet size
         dist_iters=50,
-        detection='--size 512 --batch 2 --rois 512'.split()),
+        detection='--size 512 --batch 2 --rois 512'.split(),
+        zoo=[]),  # its 24 configs at 128 px
     cpu=dict(
         depth=18,
-        width=16,  # stem and base channels (64 in ResNet-18 proper)
+        width=16,
         # 32 px: 2x2 maps in the last stage (1x1: see BF16OptimWrapper)
         crop=32,
         image=40,
@@ -78,14 +75,14 @@ SIZES = dict(
         iters=4,
         resume_iters=4,
         bench=('--backbone resnet18 --img-size 32 --batch 4 --queue-size 64 '
-               f'--steps 1 --warmup 0 --threads {torch.get_num_threads()}'
-               ).split(),
+               '--steps 1 --warmup 0').split() + THREADS,
         # each path once (compiling each layout's kernels is the time here)
-        bench_combos=[('off', 'off'), ('on', 'on')],
-        augment_batches=['2'],
+        bench_combos=[('off', 'off', False), ('on', 'on', False)],
+        augment=['--batches', '2'],
         knn='--bank 20000 --queries 500 --dim 128 --classes 100'.split(),
         dist_iters=2,
-        detection='--size 64 --batch 1 --rois 8 --repeats 1'.split()))
+        detection='--size 64 --batch 1 --rois 8 --repeats 1'.split(),
+        zoo=['--size', '64', '--configs', DCNV2]))
 # the loss must fall below the control's; judged from this many iterations
 MIN_ITERS_TO_JUDGE = 50
 
@@ -118,47 +115,37 @@ def parse_args(argv=None):
     return args
 
 
-def run_logged(cmd: list) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in the repository root, stdout and stderr together."""
-    return subprocess.run(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True)
-
-
 def run_device_tests(args, size, work_dir) -> dict:
-    """pytest on the tests that take the `device` fixture, on this device."""
+    """``pytest -m device --device DEVICE tests``: every test that takes the
+    `device` fixture (tests/conftest.py marks them), on this device."""
     junit = osp.join(work_dir, 'device_tests.xml')
     cmd = [
         sys.executable, '-m', 'pytest', '-q', '-rs', '-p', 'no:cacheprovider',
         '-W', 'ignore', '-m', 'device', '--device', args.device,
-        f'--junitxml={junit}'
-    ] + DEVICE_TESTS + (['-k', args.pytest_k] if args.pytest_k else [])
-    start = time.perf_counter()
-    proc = run_logged(cmd)
+        f'--junitxml={junit}', 'tests'
+    ] + (['-k', args.pytest_k] if args.pytest_k else [])
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=PIPE, stderr=STDOUT, text=True)
     root = ET.parse(junit).getroot() if osp.exists(junit) else ET.Element('')
-    counts = {
-        k: sum(int(s.get(k, 0)) for s in root.iter('testsuite'))
-        for k in ('tests', 'failures', 'errors', 'skipped')
+    tags = ('passed', 'failure', 'error', 'skipped')
+    outcome = {  # a test's first failure, error or skip tag, else 'passed'
+        f"{c.get('classname')}::{c.get('name')}":
+        next((e.tag for e in c if e.tag in tags), 'passed')
+        for c in root.iter('testcase')
     }
-    failed = [
-        f"{case.get('classname')}::{case.get('name')}"
-        for case in root.iter('testcase')
-        if case.find('failure') is not None or case.find('error') is not None
-    ]
-    counts['passed'] = counts['tests'] - sum(
-        counts[k] for k in ('failures', 'errors', 'skipped'))
+    kinds = list(outcome.values())
+    counts = dict(
+        zip(('passed', 'failures', 'errors', 'skipped'),
+            map(kinds.count, tags)))
     return dict(
         command=' '.join(cmd[1:]),
         returncode=proc.returncode,
-        seconds=round(time.perf_counter() - start, 1),
-        failed=failed,
+        tests=len(kinds),
+        failed=[n for n, o in outcome.items() if o in ('failure', 'error')],
         output_tail=proc.stdout[-3000:],
         checks=dict(
-            pytest_passed=proc.returncode == 0, ran_tests=counts['passed']
-            > 0),
+            pytest_passed=proc.returncode == 0, ran_tests='passed' in kinds),
+        figures=('{passed} passed, {failures} failed, {errors} errors, '
+                 '{skipped} skipped').format(**counts),
         **counts)
 
 
@@ -171,13 +158,10 @@ def run_train(args, size, work_dir) -> dict:
             amp_off_cudnn_benchmark=dict(cudnn_benchmark=True),
             bf16=dict(bf16=True),
             channels_last=dict(channels_last=True))
-    out = {
-        name:
-        train_figures(
-            pretrain_cfg(args, size, osp.join(work_dir, name), iters, **kw),
-            args.device)
-        for name, kw in runs.items()
-    }
+    out = {}
+    for name, kw in runs.items():
+        cfg = pretrain_cfg(args, size, osp.join(work_dir, name), iters, **kw)
+        out[name] = train_runner(cfg, args.device)
     checks, judged = {}, iters >= MIN_ITERS_TO_JUDGE
     for name, fig in out.items():
         checks[f'{name}_loss_finite'] = fig['loss_finite']
@@ -186,104 +170,93 @@ def run_train(args, size, work_dir) -> dict:
             checks[f'{name}_loss_below_lr0_control'] = \
                 fig['loss_last'] < out['control_lr0']['loss_last']
     note = (f'loss_last = mean of the last {max(1, iters // 5)} losses; '
-            'trained runs must end below the lr-0 control')
-    if not judged:
-        note += (f' (not judged below {MIN_ITERS_TO_JUDGE} iterations: '
-                 f'{iters} here)')
-    return dict(runs=out, iterations=iters, note=note, checks=checks)
+            'trained runs must end below the lr-0 control' +
+            ('' if judged else
+             f' (not judged below {MIN_ITERS_TO_JUDGE} iterations)'))
+    figures = '; '.join(
+        f"{n}: loss {r['loss_first']:.2f}->{r['loss_last']:.2f}, "
+        f"{r['images_per_s']:.0f} img/s, {r['peak_memory_mib']} MiB"
+        for n, r in out.items())
+    return dict(
+        runs=out, iterations=iters, note=note, checks=checks, figures=figures)
 
 
 def run_exact_resume(args, size, work_dir) -> dict:
     """N iterations against N/2 + resume + N/2, deterministic."""
-    iters = size['resume_iters']
-    if args.iters:
-        iters = max(2, min(iters, args.iters))
+    iters = max(2, min(size['resume_iters'], args.iters or math.inf))
     half = iters // 2
-    full_dir, resumed_dir = (
-        osp.join(work_dir, n) for n in ('full', 'resumed'))
+    dirs = [osp.join(work_dir, n) for n in ('full', 'resumed')]
     options = dict(deterministic=True, checkpoint_interval=half)
     full = train_runner(
-        pretrain_cfg(args, size, full_dir, iters, **options), args.device)
-    middle = osp.join(full_dir, f'iter_{half}.pth')
+        pretrain_cfg(args, size, dirs[0], iters, **options), args.device)
+    options['resume_from'] = osp.join(dirs[0], f'iter_{half}.pth')
     resumed = train_runner(
-        pretrain_cfg(
-            args, size, resumed_dir, iters, resume_from=middle, **options),
-        args.device)
+        pretrain_cfg(args, size, dirs[1], iters, **options), args.device)
     barrier()  # (distributed: rank 0 has written the checkpoints)
-    a, b = (
-        checkpoint_tensors(osp.join(d, f'iter_{iters}.pth'))
-        for d in (full_dir, resumed_dir))
+    a, b = (checkpoint_tensors(osp.join(d, f'iter_{iters}.pth')) for d in dirs)
     diffs = {
-        k: (a[k].double() -
-            b[k].double()).abs().max().item() if a[k].numel() else 0.
-        for k in a if k in b
+        k: (a[k].double() - b[k].double()).abs().max().item()
+        for k in a if k in b and a[k].numel()
     }
-    loss_full = full['loss'][half:]
-    loss_resumed = resumed['loss'][-len(loss_full):]
-    worst = sorted(diffs, key=diffs.get, reverse=True)[:5]
+    loss_full = full['losses'][half:]
+    loss_resumed = resumed['losses'][-len(loss_full):]
+    equal = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     return dict(
         iterations=iters,
         resumed_at=half,
         tensors=len(a),
-        largest_differences={k: diffs[k]
-                             for k in worst},
+        largest_differences=dict(
+            sorted(diffs.items(), key=lambda kv: -kv[1])[:5]),
         losses_after_resume=dict(full=loss_full, resumed=loss_resumed),
         checks=dict(
             same_tensors=a.keys() == b.keys(),
-            bitwise_equal=a.keys() == b.keys()
-            and all(torch.equal(a[k], b[k]) for k in a),
+            bitwise_equal=equal,
             same_losses_after_resume=loss_full == loss_resumed,
-            queue_compared='model/queue.keys' in a))
+            queue_compared='model/queue.keys' in a),
+        figures=f'bitwise equal: {equal} ({len(a)} tensors, resumed at '
+        f'{half}/{iters})')
 
 
 def run_benchmark(args, size, work_dir) -> dict:
-    """benchmark.py train (AMP x channels_last), device-augment --decode."""
+    """benchmark.py train (AMP x channels_last x cuDNN autotuning),
+    device-augment --decode."""
     bench = benchmark_command('train')
     out, checks = {}, {}
-    combos = [(a, c, False) for a, c in size['bench_combos']]
-    if args.device == 'cuda':  # fixed-size crops: does autotuning pay?
-        combos += [('off', 'off', True), ('on', 'on', True)]
-    for amp, channels_last, cudnn_benchmark in combos:
+    for combo in size['bench_combos']:
+        amp, channels_last, autotune = combo
         name = f'amp_{amp}-channels_last_{channels_last}' + (
-            '-cudnn_benchmark' if cudnn_benchmark else '')
-        breakdown = (
-            args.device == 'cuda' and amp == channels_last == 'off'
-            and not cudnn_benchmark)
-        argv = size['bench'] + [
-            '--device', args.device, '--amp', amp, '--channels-last',
-            channels_last, '--json',
-            osp.join(work_dir, f'{name}.json'), '--breakdown',
-            'on' if breakdown else 'off'
-        ]
+            '-cudnn_benchmark' if autotune else '')
+        breakdown = args.device == 'cuda' and combo == ('off', 'off', False)
+        argv = (f'--device {args.device} --amp {amp} --channels-last '
+                f"{channels_last} --breakdown {'on' if breakdown else 'off'}")
         with kept_torch_flags():
-            torch.backends.cudnn.benchmark = cudnn_benchmark
-            result = bench.main(argv)
+            torch.backends.cudnn.benchmark = autotune
+            result = bench.main(
+                size['bench'] + argv.split() +
+                ['--json', osp.join(work_dir, name + '.json')])
         run = result['runs'][0]
+        ms = {i: round(s['median_ms'], 2) for i, s in run['steps'].items()}
         out[name] = dict(
-            median_ms={
-                impl: round(step['median_ms'], 2)
-                for impl, step in run['steps'].items()
-            },
+            median_ms=ms,
             paired_ratio=run.get('paired_ratio'),
             breakdown_ours_ms=run.get('breakdown_ours_ms'))
         checks[f'{name}_timed'] = all(
-            math.isfinite(ms) and ms > 0
-            for ms in out[name]['median_ms'].values())
-    augment = benchmark_command('device-augment').main([
-        '--batches', *size['augment_batches'], '--rounds', '3', '--decode',
-        '--threads',
-        str(torch.get_num_threads())
-    ])
+            math.isfinite(t) and t > 0 for t in ms.values())
+    augment = benchmark_command('device-augment').main(
+        size['augment'] + ['--rounds', '3', '--decode'] + THREADS)
     decode = decode_repeats(args.device)
     checks['decode_repeatable'] = decode.pop('repeatable')
     return dict(
         machine=result['machine'],
         argv=' '.join(size['bench']),
         runs=out,
-        device_augment={k: augment[k]
-                        for k in ('batched', 'decode')},
+        device_augment=augment,
         decode=decode,
-        checks=checks)
+        checks=checks,
+        figures='; '.join(f'{run}: ' +
+                          ', '.join(f'{i} {t:.1f}'
+                                    for i, t in r['median_ms'].items()) + ' ms'
+                          for run, r in out.items()))
 
 
 def decode_repeats(device: str, repeats: int = 3) -> dict:
@@ -317,50 +290,46 @@ def decode_repeats(device: str, repeats: int = 3) -> dict:
 
 def run_knn(args, size, work_dir) -> dict:
     """benchmark.py knn at ImageNet size (toy size on a CPU)."""
-    result = benchmark_command('knn').main(
-        size['knn'] +
-        ['--device', args.device, '--json',
-         osp.join(work_dir, 'knn.json')])
-    config = ('bank', 'queries', 'dim', 'bank_dtype', 'topk')
-    return dict(
-        machine=result['machine'],
-        features_mib=result['features_mib'],
-        config={k: result['config'][k]
-                for k in config},
-        sharded=result['sharded'],
-        checks=dict(
-            accuracy_in_range=all(
-                0 <= v <= 100
-                for v in result['sharded']['accuracy'].values())))
+    result = benchmark_command('knn').main(size['knn'] +
+                                           ['--device', args.device])
+    config, sharded = result['config'], result['sharded']
+    result['checks'] = dict(
+        accuracy_in_range=all(0 <= v <= 100
+                              for v in sharded['accuracy'].values()))
+    result['figures'] = (
+        f"{config['bank']} x {config['dim']} memory, {config['queries']} "
+        f"queries: {sharded['seconds']:.1f} s, "
+        f"+{sharded['peak_extra_mib']:.0f} MiB")
+    return result
 
 
 def run_multi_gpu(args, size, work_dir) -> dict:
     """``dist_worker`` under torchrun; one process for the scaling."""
     procs = torch.cuda.device_count() if args.device == 'cuda' else 2
     if procs < 2:
-        return dict(skipped=f'{procs} GPU visible: needs 2 or more')
+        skipped = f'{procs} GPU visible: needs 2 or more'
+        return dict(skipped=skipped, figures=f'skipped: {skipped}')
     iters = args.iters or size['dist_iters']
     cmd = [
         sys.executable, '-m', 'torch.distributed.run', '--standalone',
         f'--nproc_per_node={procs}',
-        osp.abspath(__file__), '--dist-worker', '--device', args.device,
-        '--iters',
-        str(iters), '--work-dir', work_dir
+        osp.abspath(__file__), '--dist-worker', '--work-dir', work_dir
     ]
-    for option in ('batch', 'workers'):
-        if getattr(args, option) is not None:
-            cmd += [f'--{option}', str(getattr(args, option))]
-    proc = run_logged(cmd)
+    for option in ('device', 'iters', 'batch', 'workers'):
+        value = iters if option == 'iters' else getattr(args, option)
+        cmd += [] if value is None else [f'--{option}', str(value)]
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=PIPE, stderr=STDOUT, text=True)
     paths = [osp.join(work_dir, f'rank{r}.json') for r in range(procs)]
     if proc.returncode or not all(osp.exists(p) for p in paths):
         raise RuntimeError(f'torchrun exited with {proc.returncode}:\n' +
                            proc.stdout[-3000:])
     ranks = [mmengine.load(p) for p in paths]
-    one = train_figures(
+    one = train_runner(
         pretrain_cfg(args, size, osp.join(work_dir, 'one_process'), iters),
         args.device)
     first = ranks[0]
     per_gpu = first['runs']['mocov2_shuffle_bn']['images_per_s']
+    scaling = round(procs * per_gpu / one['images_per_s'], 2)
     checks = {
         f'{name}_loss_finite': all(r['runs'][name]['loss_finite']
                                    for r in ranks)
@@ -368,42 +337,41 @@ def run_multi_gpu(args, size, work_dir) -> dict:
     }
     for run in first['runs'].values():
         del run['losses']
-    return dict(
+    backend = 'nccl' if args.device == 'cuda' else 'gloo'
+    first.update(
         processes=procs,
-        backend='nccl' if args.device == 'cuda' else 'gloo',
+        backend=backend,
         iterations=iters,
-        runs=first['runs'],
-        exact_resume=first['exact_resume'],
-        knn=first['knn'],
         images_per_s_per_gpu=per_gpu,
         images_per_s_one_gpu=one['images_per_s'],
-        scaling=round(procs * per_gpu / one['images_per_s'], 2),
-        checks=dict(checks, **first['checks']))
+        scaling=scaling,
+        checks=dict(checks, **first['checks']),
+        figures=f'{procs} x {backend}: {per_gpu:.0f} img/s per GPU, '
+        f'scaling {scaling:.2f} vs one')
+    return first
 
 
 def dist_worker(args) -> None:
     """A multi_gpu process: the runs, exact resume, sharded kNN; rank r
     writes rank{r}.json."""
-    from mmengine.dist import get_rank
     size = SIZES[args.device]
+    out = dict(runs={})
     runs = dict(
         mocov2_shuffle_bn=CONFIG,
         mocov3_gathered_keys=V3_CONFIG,
         mocov2_device_augment=V2_DEVICE_AUG)
-    out = dict(runs={})
     for name, config in runs.items():
         args.config = config
-        out['runs'][name] = train_figures(
+        out['runs'][name] = train_runner(
             pretrain_cfg(args, size, osp.join(args.work_dir, name),
                          args.iters), args.device)
         barrier()
     args.config = CONFIG
-    out['exact_resume'] = run_exact_resume(
+    resume = out['exact_resume'] = run_exact_resume(
         args, size, osp.join(args.work_dir, 'exact_resume'))
     out['knn'] = sharded_knn_check(args.device)
     out['checks'] = dict(
-        exact_resume_bitwise_equal=out['exact_resume']['checks']
-        ['bitwise_equal'],
+        exact_resume_bitwise_equal=resume['checks']['bitwise_equal'],
         sharded_knn_as_whole_sets=out['knn'].pop('same_accuracy'))
     with open(osp.join(args.work_dir, f'rank{get_rank()}.json'), 'w') as f:
         json.dump(out, f, default=str)
@@ -413,8 +381,6 @@ def dist_worker(args) -> None:
 def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
     """The kNN of shards of random features (one per rank) against that of
     the whole sets; one query may differ (a near-tie)."""
-    from mmengine.dist import get_dist_info
-
     from mocoplug.evaluation import (FeatureShard,
                                      sharded_weighted_knn_accuracy,
                                      weighted_knn_accuracy)
@@ -449,27 +415,34 @@ def run_detection(args, size, work_dir) -> dict:
     result['checks'] = dict(
         losses_finite=result['losses_finite'],
         boxes_predicted=result['boxes_per_pass'] > 0)
+    result['figures'] = '; '.join('{step} ({kernels}) {median} ms'.format(**r)
+                                  for r in result['rows'])
     return result
 
 
-def pretrain_cfg(args,
-                 size: dict,
-                 work_dir: str,
-                 iters: int,
-                 amp: bool = False,
-                 bf16: bool = False,
-                 channels_last: bool = False,
-                 lr: Optional[float] = None,
-                 cudnn_benchmark: bool = False,
-                 deterministic: bool = False,
-                 checkpoint_interval: Optional[int] = None,
-                 resume_from: Optional[str] = None) -> Config:
+def run_detection_zoo(args, size, work_dir) -> dict:
+    """benchmark.py detection-zoo: mmdet's zoo configs, a training step and
+    a test pass each, on this device (one config on a CPU)."""
+    result = benchmark_command('detection-zoo').main(size['zoo'] +
+                                                     ['--device', args.device])
+    failed = [r['config'] for r in result['rows'] if r['status'] != 'ok']
+    rows = len(result['rows'])
+    result.update(
+        failed=failed,
+        checks=dict(all_configs_ok=rows > 0 and not failed),
+        figures=f"{rows - len(failed)} of {rows} configs ok at "
+        f"{result['size']} px ({result['mmcv']})")
+    return result
+
+
+def pretrain_cfg(args, size: dict, work_dir: str, iters: int,
+                 **opts) -> Config:
     """The pretraining config on synthetic images at ``size``; a distributed
-    run (``args.launcher``) keeps the config's Shuffle BN."""
+    run (``args.launcher``) keeps the config's Shuffle BN. ``opts``: the
+    flags ``amp``, ``bf16``, ``channels_last``, ``cudnn_benchmark``,
+    ``deterministic``; ``lr``, ``checkpoint_interval``, ``resume_from``."""
     cfg = Config.fromfile(args.config)
-    cfg.work_dir = work_dir
-    cfg.launcher = args.launcher
-    cfg.log_level = 'WARNING'
+    cfg.update(work_dir=work_dir, launcher=args.launcher, log_level='WARNING')
     cfg.experiment_name = (f'gpu_check-{osp.basename(work_dir)}-'
                            f'{os.getpid()}-{time.time_ns()}')
     model, wrapper = cfg.model, cfg.optim_wrapper
@@ -480,9 +453,9 @@ def pretrain_cfg(args,
         walk_dicts(
             model, lambda n: n.get('type') == 'SyncBN' and n.update(
                 type='mocoplug.SplitBN', num_splits=1))
-    model.channels_last = channels_last
-    if model.backbone.depth != size['depth'] or 'width' in size:
-        width = size.get('width', 64)
+    model.channels_last = opts.get('channels_last', False)
+    width = size['width']
+    if model.backbone.depth != size['depth'] or width != 64:
         model.backbone.update(
             depth=size['depth'], stem_channels=width, base_channels=width)
         model.neck.in_channels = model.neck.hid_channels = FEATURES[
@@ -509,28 +482,30 @@ def pretrain_cfg(args,
         pin_memory=args.device == 'cuda',
         sampler=dict(type='InfiniteSampler', shuffle=True))
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
-    cfg.param_scheduler = [
-        dict(type='CosineAnnealingLR', T_max=iters, by_epoch=False)
-    ]
+    cfg.param_scheduler = dict(
+        type='CosineAnnealingLR', T_max=iters, by_epoch=False)
+    interval = opts.get('checkpoint_interval')
     cfg.default_hooks.checkpoint = dict(
         type='CheckpointHook',
         by_epoch=False,
-        interval=checkpoint_interval or iters + 1,
-        save_last=checkpoint_interval is not None)
+        interval=interval or iters + 1,
+        save_last=interval is not None)
     cfg.default_hooks.logger = dict(
         type='LoggerHook', interval=max(1, iters // 4))
-    cfg.randomness = dict(seed=0, deterministic=deterministic)
-    cfg.env_cfg.cudnn_benchmark = cudnn_benchmark
+    cfg.randomness = dict(
+        seed=0, deterministic=opts.get('deterministic', False))
+    cfg.env_cfg.cudnn_benchmark = opts.get('cudnn_benchmark', False)
+    amp = opts.get('amp', False)
     if amp and args.device == 'cuda':  # what tools/train.py --amp sets
         wrapper.update(type='AmpOptimWrapper', loss_scale='dynamic')
-    elif amp or bf16 or (args.device == 'cpu'
-                         and wrapper.get('type') == 'AmpOptimWrapper'):
+    elif amp or opts.get('bf16') or (args.device == 'cpu' and
+                                     wrapper.get('type') == 'AmpOptimWrapper'):
         wrapper.pop('loss_scale', None)  # (AMP needs a GPU)
         wrapper.type = 'mocoplug.BF16OptimWrapper'
-    if lr is not None:
-        wrapper.optimizer.lr = lr
-    if resume_from:
-        cfg.resume, cfg.load_from = True, resume_from
+    if 'lr' in opts:
+        wrapper.optimizer.lr = opts['lr']
+    if opts.get('resume_from'):
+        cfg.resume, cfg.load_from = True, opts['resume_from']
     return cfg
 
 
@@ -549,65 +524,45 @@ def kept_torch_flags():
 
 
 def train_runner(cfg: Config, device: str) -> dict:
-    """Train; the per-iteration ``loss``, ``time``, ``data_time``, the
-    ``iterations``, ``seconds`` and ``peak_mib``."""
+    """Train; the run's figures and its per-iteration ``losses``."""
     from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
     if device == 'cuda':
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     with kept_torch_flags():
-        runner = (
-            RUNNERS.build(cfg)
-            if 'runner_type' in cfg else Runner.from_cfg(cfg))
+        runner = RUNNERS.build(cfg)
         runner.train()
-        hub = runner.message_hub
-        out = {
-            k: [float(v) for v in hub.get_scalar(f'train/{k}').data[0]]
-            for k in ('loss', 'time', 'data_time')
-        }
-        out['iterations'] = runner.iter
+        hub, iterations = runner.message_hub, runner.iter
         del runner
-    out['seconds'] = time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    losses, times, data_times = ([
+        float(v) for v in hub.get_scalar(f'train/{k}').data[0]
+    ] for k in ('loss', 'time', 'data_time'))
     if device == 'cuda':
-        out['peak_mib'] = torch.cuda.max_memory_allocated() / 2**20
+        peak_mib = torch.cuda.max_memory_allocated() / 2**20
     else:
         import resource
-        out['peak_mib'] = resource.getrusage(
-            resource.RUSAGE_SELF).ru_maxrss / 1024
-    return out
-
-
-def train_figures(cfg: Config, device: str) -> dict:
-    """What the report keeps of a :func:`train_runner` run."""
-    run = train_runner(cfg, device)
-    losses, times = run['loss'], run['time']
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     window = max(1, len(losses) // 5)
     warm = len(times) // 10 + 1  # the warm-up steps, left out
-    steady = times[warm:] or times
+    steady = statistics.median(times[warm:] or times)
     return dict(
-        iterations=run['iterations'],
+        iterations=iterations,
         loss_first=round(statistics.mean(losses[:window]), 4),
         loss_last=round(statistics.mean(losses[-window:]), 4),
-        loss_max_window=round(
-            max(
-                statistics.mean(losses[i:i + window])
-                for i in range(len(losses) - window + 1)), 4),
         loss_finite=all(math.isfinite(v) for v in losses),
-        losses=[round(v, 4) for v in losses],
-        images_per_s=round(
-            cfg.train_dataloader.batch_size / statistics.median(steady), 1),
+        losses=losses,
+        images_per_s=round(cfg.train_dataloader.batch_size / steady, 1),
         data_wait_share=round(
-            statistics.median(run['data_time'][warm:] or run['data_time']) /
-            statistics.median(steady), 3),
-        seconds=round(run['seconds'], 1),
-        peak_memory_mib=round(run['peak_mib']),
+            statistics.median(data_times[warm:] or data_times) / steady, 3),
+        seconds=round(seconds, 1),
+        peak_memory_mib=round(peak_mib),
         memory_kind='CUDA max_memory_allocated'
         if device == 'cuda' else 'process peak RSS')
 
 
-def checkpoint_tensors(path: str) -> Dict[str, torch.Tensor]:
+def checkpoint_tensors(path: str) -> dict:
     """Every tensor of a checkpoint's model and optimizer state."""
     ckpt = torch.load(path, map_location='cpu', weights_only=False)
     out = {f'model/{k}': v for k, v in ckpt['state_dict'].items()}
@@ -626,21 +581,16 @@ def benchmark_command(name: str):
 
 
 def environment(args) -> dict:
+    """Versions, the mmcv ops (True: compiled) and the GPU."""
+    from mocoplug.compat.mmcv_ops import serve_mmcv_ops
     env = dict(
         python=platform.python_version(),
         torch=torch.__version__,
         cuda=torch.version.cuda,
-        cpu_count=os.cpu_count())
+        cpu_count=os.cpu_count(),
+        mmcv_ops=serve_mmcv_ops() is None)
     for name in ('mmengine', 'mmcv', 'mmpretrain', 'mocoplug'):
-        try:
-            env[name] = __import__(name).__version__
-        except Exception as exc:  # noqa: BLE001  (reported, not fatal)
-            env[name] = f'unavailable: {exc}'
-    try:  # mmcv-lite (the GPU machine's wheels) has no compiled ops
-        from mocoplug.compat.mmcv_ops import serve_mmcv_ops
-        env['mmcv_ops'] = serve_mmcv_ops() is None
-    except ImportError:
-        env['mmcv_ops'] = False
+        env[name] = __import__(name).__version__  # (mocoplug imports them)
     if args.device == 'cuda':
         props = torch.cuda.get_device_properties(0)
         env.update(
@@ -659,12 +609,15 @@ def run_step(name: str, args, size, work_dir) -> dict:
     try:
         result = globals()[f'run_{name}'](args, size, step_dir)
         failed = [k for k, ok in result.get('checks', {}).items() if not ok]
-        result['status'] = 'failed' if failed else 'ok'
-        if failed:
-            result['failed_checks'] = failed
+        result.update(
+            status='failed' if failed else 'ok', failed_checks=failed)
     except Exception:  # noqa: BLE001  (the report says what broke)
-        result = dict(status='error', error=traceback.format_exc()[-4000:])
-        print(result['error'], flush=True)
+        error = traceback.format_exc()[-4000:]
+        print(error, flush=True)
+        result = dict(
+            status='error',
+            error=error,
+            figures=error.strip().splitlines()[-1][:100])
     result['step_seconds'] = round(time.perf_counter() - start, 1)
     return result
 
@@ -699,53 +652,18 @@ def main(argv=None) -> dict:
     return report
 
 
-# the table's figures of a step: a format of its report (of each run/row)
-SUMMARY = dict(
-    device_tests='{passed} passed, {failures} failed, {errors} errors, '
-    '{skipped} skipped',
-    train='{0}: loss {1[loss_first]:.2f}->{1[loss_last]:.2f}, '
-    '{1[images_per_s]:.0f} img/s, {1[peak_memory_mib]} MiB',
-    exact_resume='bitwise equal: {checks[bitwise_equal]} ({tensors} '
-    'tensors, resumed at {resumed_at}/{iterations})',
-    knn='{config[bank]} x {config[dim]} memory, {config[queries]} queries: '
-    '{sharded[seconds]:.1f} s, +{sharded[peak_extra_mib]:.0f} MiB',
-    multi_gpu='{processes} x {backend}: {images_per_s_per_gpu:.0f} img/s '
-    'per GPU, scaling {scaling:.2f} vs one',
-    detection='{step} ({kernels}) {median} ms')
-
-
-def summary(name: str, step: dict) -> str:
-    """One line of figures per step."""
-    if step['status'] == 'error':
-        return step['error'].strip().splitlines()[-1][:100]
-    if 'skipped' in step and name == 'multi_gpu':
-        return f"skipped: {step['skipped']}"
-    if name == 'benchmark':
-        return '; '.join(f'{run}: ' +
-                         ', '.join(f'{i} {ms:.1f}'
-                                   for i, ms in r['median_ms'].items()) + ' ms'
-                         for run, r in step['runs'].items())
-    if name == 'train':
-        return '; '.join(SUMMARY[name].format(*run)
-                         for run in step['runs'].items())
-    if name == 'detection':
-        return '; '.join(SUMMARY[name].format(**r) for r in step['rows'])
-    return SUMMARY.get(name, '').format(**step)
-
-
-def print_table(report: dict, out: Callable = print) -> None:
+def print_table(report: dict) -> None:
+    """One line per step: status, seconds, its figures."""
     env = report['environment']
-    out(f"\ngpu_check ({report['mode']}); torch {env['torch']}, "
-        f"{env.get('gpu', 'no GPU')}")
-    out('| step | status | seconds | figures |')
-    out('|---|---|---|---|')
+    print(f"\ngpu_check ({report['mode']}); torch {env['torch']}, "
+          f"{env.get('gpu', 'no GPU')}")
+    print('| step | status | seconds | figures |\n|---|---|---|---|')
     for name, step in report['steps'].items():
-        status = step['status']
-        if step.get('failed_checks'):
-            status += ' (' + ', '.join(step['failed_checks']) + ')'
-        out(f"| {name} | {status} | {step['step_seconds']} | "
-            f'{summary(name, step)} |')
-    out(f"all ok: {report['ok']}")
+        failed = ', '.join(step.get('failed_checks', []))
+        status = step['status'] + (f' ({failed})' if failed else '')
+        print(f"| {name} | {status} | {step['step_seconds']} | "
+              f"{step.get('figures', '')} |")
+    print(f"all ok: {report['ok']}")
 
 
 if __name__ == '__main__':

@@ -12,8 +12,8 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
     report = gpu_check.main([
         '--device', 'cpu', '--work-dir',
         str(tmp_path / 'work'), '--out',
-        str(out), '--pytest-k',
-        'test_hand_written_wrap_around or test_update_math'
+        str(out), '--pytest-k', 'test_hand_written_wrap_around or '
+        'test_update_math or test_nms_is_greedy_suppression'
     ])
     assert json.loads(out.read_text())['steps'].keys() == set(gpu_check.STEPS)
     assert report['mode'].startswith('cpu: toy sizes')
@@ -24,11 +24,13 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
     } == dict.fromkeys(gpu_check.STEPS, 'ok'), steps
     assert report['ok']
 
-    # the two selected tests ran on the CPU (their cuda variants were not
-    # even collected) and passed
+    # selected by marker from all of tests/: the queue's and the momentum
+    # update's test and the 4 nms variants of tests/compat/test_mmcv_ops.py
+    # ran on the CPU (their cuda variants were not even collected), passed
     tests = steps['device_tests']
-    assert (tests['passed'], tests['failures'], tests['skipped']) == (2, 0, 0)
-    assert '--device cpu' in tests['command']
+    assert (tests['passed'], tests['failures'], tests['skipped']) == (6, 0, 0)
+    assert '-m device --device cpu' in tests['command']
+    assert ' tests -k test_hand_written_wrap_around or ' in tests['command']
 
     train = steps['train']
     iters = gpu_check.SIZES['cpu']['iters']
@@ -83,6 +85,14 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
     assert [(r['step'], r['kernels']) for r in det['rows']
             ][:1] == [('train step', 'served (torchvision)')]
 
+    # benchmark.py detection-zoo: one config of mmdet's zoo on a CPU
+    zoo = steps['detection_zoo']
+    assert (zoo['device'], zoo['size'], zoo['failed']) == ('cpu', 64, [])
+    assert [r['config'] for r in zoo['rows']] == [gpu_check.DCNV2]
+    assert 'modulated_deform_conv_forward' in zoo['rows'][0]['kernels']
+
     table = capsys.readouterr().out
     for name in gpu_check.STEPS:
         assert f'| {name} | ok |' in table
+    assert '| 6 passed, 0 failed, 0 errors, 0 skipped |' in table
+    assert '1 of 1 configs ok at 64 px' in table
