@@ -2,6 +2,8 @@
 #   make demo   set up (if needed), then pretrain MoCo v2 on the embedded digits
 #   make demo-detection   the same digits as scenes: MoCo v2, then detectors
 #   make test   set up (if needed), then run the test suite
+#   make test-ops MMCV_WHEEL=...   the served mmcv kernels against compiled
+#               mmcv (a wheel of it), in .venv-ops (CI runs it)
 #   make lint   flake8, isort and yapf as configured in setup.cfg (CI runs it)
 # The set-up installs mmcv-lite (nothing to compile): with it mocoplug serves
 # the ops mmdet's detectors call through torchvision. `make setup-full` swaps
@@ -12,7 +14,7 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup setup-full demo demo-detection test lint clean
+.PHONY: setup setup-full demo demo-detection test test-ops lint clean
 
 LINT_PATHS := mocoplug mocoplug_site tests tools configs setup.py
 
@@ -32,6 +34,26 @@ demo-detection: setup
 # among the workers)
 test: setup
 	$(PYTHON) -m pytest -n auto tests
+
+# tests/compat/test_mmcv_ops.py with a compiled mmcv: OPS_VENV holds only the
+# wheel (its site-packages come first) and reads VENV's packages through a
+# .pth file (nothing big installed twice)
+OPS_VENV ?= .venv-ops
+MMCV_WHEEL ?=
+test-ops: setup
+	@test -f "$(MMCV_WHEEL)" || { echo "test-ops: set MMCV_WHEEL to a" \
+	  "compiled mmcv wheel (mmcv-lite's has no ops)"; exit 2; }
+	rm -rf $(OPS_VENV)
+	$(PYTHON) -m venv --without-pip $(OPS_VENV)
+	$(PYTHON) -c "import sysconfig as s, sys; p = s.get_path('purelib'); \
+	  ops = p.replace(sys.prefix, '$(abspath $(OPS_VENV))'); \
+	  open(ops + '/base-venv.pth', 'w').write( \
+	  f'import site; site.addsitedir({p!r})\n')"
+	$(PYTHON) -m pip --python $(OPS_VENV)/bin/python install -q --no-deps \
+	  --no-index "$(MMCV_WHEEL)"
+	$(OPS_VENV)/bin/python -c "import mmcv._ext as e; \
+	  assert type(e).__name__ != 'ServedOps', 'mmcv._ext is not compiled'"
+	$(OPS_VENV)/bin/python -m pytest -rs tests/compat/test_mmcv_ops.py
 
 # the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i
 # LINT_PATHS` fix what they report

@@ -332,17 +332,29 @@ def test_site_hook_acts_in_processes_that_never_import_mocoplug():
 
 
 def test_site_hook_leaves_a_compiled_extension_alone(tmp_path):
-    """Where mmcv has an ``_ext`` of its own, the import finds it."""
-    (tmp_path / 'mmcv').mkdir()
-    (tmp_path / 'mmcv' / '__init__.py').write_text('')
-    (tmp_path / 'mmcv' / '_ext.py').write_text('COMPILED = True\n')
+    """Where mmcv has an ``_ext`` of its own, the import finds it, with the
+    site hook active in the process: the same mmcv without an ``_ext`` gets
+    the served kernels there (fails under MOCOPLUG_SITE_HOOK=0)."""
     script = ('import sys; sys.path.insert(0, sys.argv[1])\n'
-              'import mmcv._ext; print(mmcv._ext.COMPILED)\n')
-    out = subprocess.run([sys.executable, '-c', script,
-                          str(tmp_path)],
-                         capture_output=True,
-                         text=True)
-    assert out.stdout.strip() == 'True', out.stderr[-2000:]
+              'import mmcv._ext as ext\n'
+              "hook = any(type(f).__name__ == 'SiteFinder' for f in "
+              'sys.meta_path)\n'
+              "print(hook, type(ext).__name__, vars(ext).get('COMPILED'))\n")
+    out = {}
+    for name, ext in (('compiled', 'COMPILED = True\n'), ('lite', None)):
+        (tmp_path / name / 'mmcv').mkdir(parents=True)
+        (tmp_path / name / 'mmcv' / '__init__.py').write_text('')
+        if ext:
+            (tmp_path / name / 'mmcv' / '_ext.py').write_text(ext)
+        run = subprocess.run(
+            [sys.executable, '-c', script,
+             str(tmp_path / name)],
+            capture_output=True,
+            text=True)
+        out[name] = run.stdout.split() or run.stderr[-2000:]
+    assert out == dict(
+        compiled=['True', 'module', 'True'],
+        lite=['True', 'ServedOps', 'None'])
 
 
 class _CPUOnlyExt:
