@@ -17,7 +17,8 @@ config's kind) and every case asserts what its factors promise: it trains
 (finite losses, one momentum update a step); a released start puts the
 checkpoint's backbone in both encoders and fills the queue; a resumed run
 ends with the same tensors and losses; 2 ranks end with equal query
-encoders and queues. Rank agreement of stop decisions:
+encoders and queues. A hook draws from every generator after each
+epoch's snapshot, as a logging hook might. Rank agreement of stop decisions:
 tests/engine/hooks/test_rank_agreement.py. The case count is printed in
 the suite's summary (``path matrix: N cases``).
 """
@@ -34,6 +35,8 @@ from mmengine.hooks import Hook
 
 from mocoplug.registry import HOOKS, MODELS, RUNNERS
 from .conftest import unique_experiment_name
+# registers DrawRandomNumbersHook: draws after each checkpoint's snapshot
+from .engine.hooks import test_exact_resume_hook  # noqa: F401
 from .gloo import free_port, run_two_ranks
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -193,7 +196,7 @@ def tiny_cfg(case: dict, work_dir, image_folder: str, device: str) -> Config:
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
     cfg.custom_hooks = [
         h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
-    ] + [dict(type='PathRecorder')]
+    ] + [dict(type='PathRecorder'), dict(type='DrawRandomNumbersHook')]
     wrapper = cfg.optim_wrapper
     wrapper.pop('loss_scale', None)
     if case['precision'] == 'bf16' and device == 'cuda':

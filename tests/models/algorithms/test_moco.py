@@ -462,3 +462,25 @@ def test_ddp_shuffle_bn_on_two_ranks(tmp_path):
         # global batch), so the keys are those of its batch_shuffle_ddp:
         # the same images through the same encoder, bit for bit
         assert torch.equal(keys, result['mmpretrain_keys'])
+
+
+def test_the_key_encoder_check_reads_live_counters_under_compile():
+    """mmengine's compile=True compiles train_step: traced, the check read
+    the version counters once and raised 'nothing updates the momentum
+    encoder' with the hook in place (issue 37). It runs eagerly: a moved
+    key encoder passes, a frozen one after an optimizer step raises."""
+    for update in (True, False):
+        model = tiny_moco()
+        check = torch.compile(
+            model.check_key_encoder_moves, backend='aot_eager')
+        check()  # the counters at the start
+        model._optimizer_stepped = True
+        if update:
+            hook = MomentumUpdateHook(momentum=0.99)
+            hook.attach(model)
+            hook.update(0.99)
+            check()
+            assert model._key_encoder_seen_moving
+        else:
+            with pytest.raises(RuntimeError, match='MomentumUpdateHook'):
+                check()
