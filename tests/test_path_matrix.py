@@ -196,7 +196,8 @@ def tiny_cfg(case: dict, work_dir, image_folder: str, device: str) -> Config:
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=1)
     cfg.custom_hooks = [
         h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
-    ] + [dict(type='PathRecorder'), dict(type='DrawRandomNumbersHook')]
+    ] + [dict(type='PathRecorder'),
+         dict(type='DrawRandomNumbersHook')]
     wrapper = cfg.optim_wrapper
     wrapper.pop('loss_scale', None)
     if case['precision'] == 'bf16' and device == 'cuda':
