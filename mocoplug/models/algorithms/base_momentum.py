@@ -95,8 +95,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 for cfg in init_cfg):
             return
         if self.encoders_from:
-            load_encoder_checkpoint(self.encoders_from, self.backbone,
-                                    self.neck)
+            load_encoder_checkpoint(self.encoders_from,
+                                    self.backbone, self.neck,
+                                    getattr(self, 'predictor', None))
         for online, momentum in self.momentum_pairs():
             momentum.load_state_dict(online.state_dict())
 

@@ -1,7 +1,10 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Start a MoCo run's encoders from released weights (continued pretraining,
 Reed et al., WACV 2022), the checkpoint's layout found from its keys."""
+import logging
+import re
 from collections import Counter
+from functools import reduce
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -9,17 +12,31 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
-# name, backbone prefix, projection prefixes, non-backbone keys (e.g. fc)
-LAYOUTS: List[Tuple[str, str, Tuple[str, ...], Tuple[str, ...]]] = [
-    ('mocoplug / mmpretrain / mmselfsup', 'backbone.', ('neck.', ), ()),
+# name, backbone prefix, projector prefixes, predictor prefixes, keys under
+# the backbone prefix that are not the backbone's (projector, classifier)
+Layout = Tuple[str, str, Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]
+LAYOUTS: List[Layout] = [
+    ('mocoplug / mmpretrain / mmselfsup', 'backbone.', ('neck.', ),
+     ('predictor.', 'head.predictor.'), ()),
     ('official MoCo v1/v2', 'module.encoder_q.', ('module.encoder_q.fc.', ),
-     ('fc.', )),
-    ('official MoCo v3', 'module.base_encoder.',
-     ('module.base_encoder.fc.', 'module.base_encoder.head.'), ('fc.',
-                                                                'head.')),
-    ('a bare backbone (torchvision, extract_backbone.py)', '', (), ('fc.',
-                                                                    'head.')),
+     (), ('fc.', )),
+    ('official MoCo v3', 'module.base_encoder.', ('module.base_encoder.fc.',
+                                                  'module.base_encoder.head.'),
+     ('module.predictor.', ), ('fc.', 'head.')),
+    ('a bare backbone (torchvision, timm, extract_backbone.py)', '', (), (),
+     ('fc.', 'head.')),
 ]
+# left on purpose: key encoders, queues, mmselfsup 0.x's encoder_q (a copy
+# of backbone and neck) and a bare backbone's classifier (its skipped keys)
+UNREAD = ('module.encoder_k.', 'module.momentum_encoder.', 'momentum_encoder.',
+          'encoder_k.', 'encoder_q.', 'module.queue', 'queue')
+# timm's ViT (official MoCo v3, vits.py) -> mmpretrain's VisionTransformer
+TIMM_VIT = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+            (r'^blocks\.(\d+)\.norm(\d)\.', r'layers.\1.ln\2.'),
+            (r'^blocks\.(\d+)\.attn\.', r'layers.\1.attn.'),
+            (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
+            (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
+            (r'^norm\.', 'ln1.')]
 
 
 def prefixes(keys: List[str], depth: int = 2, limit: int = 8) -> str:
@@ -44,11 +61,28 @@ def _under(state: Dict[str, torch.Tensor],
     }
 
 
-def load_encoder_checkpoint(path: str, backbone: nn.Module,
-                            neck: Optional[nn.Module]) -> Dict[str, str]:
+def _fit(have: Dict[str, torch.Tensor],
+         module: nn.Module) -> Optional[Dict[str, torch.Tensor]]:
+    """``have`` under ``module``'s names (its own, else taken in order), or
+    None unless every tensor's shape then agrees."""
+    want = module.state_dict()
+    if have.keys() != want.keys() and len(have) == len(want):
+        have = dict(zip(want, have.values()))
+    fits = have.keys() == want.keys() and all(v.shape == want[k].shape
+                                              for k, v in have.items())
+    return have if fits else None
+
+
+def load_encoder_checkpoint(
+        path: str,
+        backbone: nn.Module,
+        neck: Optional[nn.Module],
+        predictor: Optional[nn.Module] = None) -> Dict[str, str]:
     """Load the query encoder of ``path`` into ``backbone`` (exactly, else
-    ValueError) and into ``neck`` when the shapes agree. Returns ``layout``
-    and ``neck`` ('loaded' or why it stayed fresh)."""
+    ValueError; timm ViT names as mmpretrain's), its projector into ``neck``
+    and predictor into ``predictor`` where all shapes agree. Tensors left
+    unread (but the key encoder, queue, classifier) are logged as WARNING.
+    Returns ``layout``, ``neck``, ``predictor`` ('loaded' or why fresh)."""
     ckpt = _load_checkpoint(path, map_location='cpu')
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state:
@@ -57,18 +91,41 @@ def load_encoder_checkpoint(path: str, backbone: nn.Module,
     # BN batch counters are not weights; older checkpoints lack them
     required = [k for k in target if not k.endswith('num_batches_tracked')]
     tried = []
-    for name, prefix, heads, skip in LAYOUTS:
+    for name, prefix, heads, preds, skip in LAYOUTS:
         source = _under(state, prefix, skip)
+        timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
+        if timm:
+            source = {
+                reduce(lambda k, sub: re.sub(*sub, k), TIMM_VIT, k): v
+                for k, v in source.items()
+            }
         loaded = {
             k: v
             for k, v in source.items()
             if k in target and v.shape == target[k].shape
         }
         extra = [k for k in source if k not in loaded]  # or other shape
-        if all(k in loaded for k in required) and not extra:
+        missing = [k for k in required if k not in loaded]
+        if not missing and not extra:
             break
+        if timm:  # the official ViT: refuse what does not map exactly
+            unplaced = [
+                f'{k} {tuple(source[k].shape)}' +
+                (f' (backbone: {tuple(target[k].shape)})'
+                 if k in target else '') for k in extra[:8]
+            ]
+            raise ValueError(
+                f'encoders_from={path!r}: the timm ViT under {prefix or "-"} '
+                "(official MoCo v3; names as mmpretrain's) does not map "
+                f'exactly onto {type(backbone).__name__}: no place for '
+                f'{unplaced}' + (f', nothing for {prefixes(missing, depth=3)}'
+                                 if missing else '') +
+                ". Build the backbone as the checkpoint's (arch, img_size, "
+                "patch_size; final_norm=True, out_type='cls_token') or "
+                'convert the tensors to its names and shapes (e.g. resize '
+                'pos_embed) and save them as a bare state dict.')
         tried.append(f'{name} ({prefix or "no prefix"}): '
-                     f'{sum(k in loaded for k in required)}/{len(required)}' +
+                     f'{len(required) - len(missing)}/{len(required)}' +
                      (f', {len(extra)} that do not fit' if extra else ''))
     else:
         raise ValueError(
@@ -78,30 +135,28 @@ def load_encoder_checkpoint(path: str, backbone: nn.Module,
             f'{"; ".join(tried)}. The checkpoint\'s keys start with '
             f'{prefixes(list(state))}.')
     backbone.load_state_dict(loaded, strict=False)
-    report = dict(layout=name, neck='fresh: the checkpoint has no projection')
-    if neck is not None:
-        want = neck.state_dict()
-        for head in heads:
-            have = _under(state, head)
-            if not have:
-                continue
-            if head == 'neck.' and have.keys() == want.keys() and all(
-                    have[k].shape == want[k].shape for k in want):
-                neck.load_state_dict(have)
-                report['neck'] = 'loaded'
-            elif head != 'neck.' and [v.shape for v in have.values()] == [
-                    v.shape for v in want.values()
-            ]:  # the official MLP: the same tensors, other names
-                neck.load_state_dict(dict(zip(want, have.values())))
-                report['neck'] = 'loaded'
-            else:
-                report['neck'] = (f'fresh: the checkpoint\'s projection '
-                                  f'({head}*, {len(have)} tensors) does not '
-                                  'fit the neck')
-            break
+    read = {prefix + k for k in _under(state, prefix, skip)}
+    report = dict(layout=name)
+    for part, module, where in (('neck', neck, heads), ('predictor', predictor,
+                                                        preds)):
+        if module is None:
+            continue
+        head = next((h for h in where if _under(state, h)), '')
+        have = _under(state, head) if head else {}
+        fit = _fit(have, module) if have else None
+        if fit is not None:
+            module.load_state_dict(fit)
+            read.update(head + k for k in have)
+        report[part] = 'loaded' if fit is not None else (
+            f"fresh: the checkpoint's {head}* ({len(have)} tensors) does not "
+            f'fit' if have else 'fresh: the checkpoint has none')
+    left = UNREAD + (() if prefix else skip)  # a bare backbone's classifier
+    unread = [k for k in state if k not in read and not k.startswith(left)]
     print_log(
-        f'encoders_from: both encoders start from {path} ({name} layout, '
-        f'{len(required)} backbone tensors); projection neck '
-        f'{report["neck"]}',
-        logger='current')
+        f'encoders_from: both encoders start from {path} ({len(required)} '
+        'backbone tensors); ' + '; '.join(f'{k} {v}'
+                                          for k, v in report.items()) +
+        (f'; NOT LOADED: {prefixes(unread, depth=3)}' if unread else ''),
+        logger='current',
+        level=logging.WARNING if unread else logging.INFO)
     return report

@@ -1,5 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -9,11 +9,6 @@ from mmengine.runner.checkpoint import _load_checkpoint
 
 from mocoplug.registry import WEIGHT_INITIALIZERS
 from .encoder_checkpoint import _under, prefixes
-
-
-def _summary(keys: List[str]) -> str:
-    """'layer4.* (150), fc.* (2)' for a long list of state-dict keys."""
-    return prefixes(keys, depth=1)
 
 
 # Named 'Pretrained' on purpose: mmpretrain's backbones skip their own
@@ -69,7 +64,7 @@ class MoCoPretrainedInit(PretrainedInit):
         if not source:
             raise ValueError(
                 f'Pretrained: {self.checkpoint} has no keys under '
-                f'{self.prefix!r}, only {_summary(list(state))}; set '
+                f'{self.prefix!r}, only {prefixes(list(state), 1)}; set '
                 "init_cfg.prefix (official MoCo: 'module.encoder_q.').")
         target = module.state_dict()
         loaded = {
@@ -85,18 +80,19 @@ class MoCoPretrainedInit(PretrainedInit):
             raise RuntimeError(
                 f'Pretrained: {name} received none of its {len(target)} '
                 f'tensors from {self.checkpoint} (prefix {self.prefix!r}; '
-                f'checkpoint: {_summary(list(source))}; module: '
-                f'{_summary(list(target))}); set init_cfg.prefix.')
+                f'checkpoint: {prefixes(list(source), 1)}; module: '
+                f'{prefixes(list(target), 1)}); set init_cfg.prefix.')
         module.load_state_dict(loaded, strict=False)
         report = [
             f'Pretrained: {name} loaded {len(loaded)}/{len(target)} tensors '
             f'from {self.checkpoint} (prefix {self.prefix!r})'
         ]
         if missing:
-            report.append(f'  missing (kept their init): {_summary(missing)}')
+            report.append(
+                f'  missing (kept their init): {prefixes(missing, 1)}')
         if unexpected:
             report.append('  unexpected (in the checkpoint, not in '
-                          f'{name}): {_summary(unexpected)}')
+                          f'{name}): {prefixes(unexpected, 1)}')
         if mismatched:
             report.append(f'  shape mismatch (skipped): {mismatched}')
         print_log('\n'.join(report), logger='current')
