@@ -413,11 +413,7 @@ class RepresentationHealthHook(Hook):
 def _crop_area(loader) -> Optional[tuple]:
     """The area range of the first RandomResizedCrop of the training
     pipeline (mmpretrain's ``crop_ratio_range``, torchvision's ``scale``)."""
-    try:
-        transforms = dataset_transforms(loader.dataset) or []
-    except Exception:  # noqa: BLE001 - a custom dataset: unknown
-        return None
-    for t in iter_transforms(transforms):
+    for t in iter_transforms(dataset_transforms(loader.dataset) or []):
         if 'ResizedCrop' in type(t).__name__:
             area = getattr(t, 'crop_ratio_range', getattr(t, 'scale', None))
             if isinstance(area, (tuple, list)) and len(area) == 2:

@@ -14,6 +14,8 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 from mocoplug.models.utils import encoder_checkpoint
 from mocoplug.registry import MODELS
 
+from ..algorithms.test_mocov3 import TINY_VIT as VIT
+
 NECK = dict(
     type='MoCoProjectionNeck',
     in_channels=512,
@@ -164,13 +166,6 @@ def test_unknown_layout_names_the_prefixes_found(tmp_path):
 # MoCo v3 (facebookresearch/moco-v3): moco/builder.py's MoCo_ResNet and
 # MoCo_ViT, vits.py's timm ViT; small widths, the official structure.
 HID, DIM = 64, 16
-VIT = dict(
-    type='MoCoV3ViT',
-    arch=dict(
-        embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64),
-    img_size=32,
-    patch_size=16,
-    stop_grad_conv1=True)
 # mmpretrain's VisionTransformer -> timm's VisionTransformer names, the
 # inverse of the loader's map, written from the two definitions
 TO_TIMM = [(r'^patch_embed\.projection\.', 'patch_embed.proj.'),
