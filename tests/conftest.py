@@ -1,21 +1,32 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-import ast
-import itertools
 import os
 
-import mmengine.config.config
-import pytest
-import torch
+# Threads, set before torch and numpy size their pools: OMP_NUM_THREADS if
+# the caller chose (OMP_NUM_THREADS=1 must really run the suite
+# single-threaded, and spawned ranks inherit the count), else 2, or under
+# pytest-xdist (make test: -n auto) the cores shared among the workers. A
+# worker inherits the environment of the controller, whose default it
+# replaces (with it, each of 2 workers ran 2 spinning OpenMP threads on 2
+# cores and the suite took twice as long); a worker's count is final, kept
+# by the processes it starts.
+if 'OMP_NUM_THREADS' not in os.environ or \
+        os.environ.get('MOCOPLUG_TEST_THREADS') == 'default':
+    _WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+    os.environ.update(
+        MOCOPLUG_TEST_THREADS='worker'
+        if 'PYTEST_XDIST_WORKER' in os.environ else 'default',
+        OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) //
+                                _WORKERS)) if _WORKERS > 1 else '2')
 
-import mocoplug  # noqa: F401  (registers everything)
+import ast  # noqa: E402
+import itertools  # noqa: E402
 
-# 2 threads unless the caller chose (OMP_NUM_THREADS=1 must really run the
-# suite single-threaded, and spawned ranks inherit the same count); under
-# pytest-xdist (make test: -n auto) the cores shared among the workers
-_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
-os.environ.setdefault(
-    'OMP_NUM_THREADS',
-    str(max(1, (os.cpu_count() or 2) // _WORKERS)) if _WORKERS > 1 else '2')
+import mmengine.config.config  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import mocoplug  # noqa: E402,F401  (registers everything)
+
 torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
 # cuBLAS is deterministic under torch.use_deterministic_algorithms (what
 # randomness.deterministic=True sets) only with this workspace setting,
@@ -96,6 +107,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if 'device' in getattr(item, 'fixturenames', ()):
             item.add_marker(pytest.mark.device)
+
+
+@pytest.fixture(autouse=True)
+def _threads_kept():
+    """A tool's main() may set torch's thread count (tools/demo.py: every
+    core): restored after each test, or the xdist workers that ran one
+    would oversubscribe the cores for the rest of the suite (OpenMP's
+    spinning threads then slow every test several times)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

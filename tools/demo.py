@@ -266,7 +266,8 @@ def main(argv=None):
         f'({osp.relpath(DEVICE_AUGMENT_CONFIG, ROOT)})')
     args = parser.parse_args(argv)
     warnings.filterwarnings('ignore')
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(  # every core unless OMP_NUM_THREADS is set
+        int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
 
     config = DEVICE_AUGMENT_CONFIG if args.device_augment else CONFIG
     cfg = load_config(args.epochs, config)

@@ -56,7 +56,8 @@ def main(argv=None):
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--work-dir', default='work_dirs/photo_rules')
     args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(  # every core unless OMP_NUM_THREADS is set
+        int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
     started = time.time()
     cfg = run_cfg('source', SOURCE_TILES, args.source_iters)
     source_dir = osp.join(args.work_dir, 'source')

@@ -411,11 +411,10 @@ class RepresentationHealthHook(Hook):
 
 
 def _crop_area(loader) -> Optional[tuple]:
-    """The area range of the first RandomResizedCrop of the training
-    pipeline (mmpretrain's ``crop_ratio_range``, torchvision's ``scale``)."""
+    """The area range of the training pipeline's first RandomResizedCrop
+    (mmpretrain's ``crop_ratio_range``, torchvision's ``scale``) or None."""
     for t in iter_transforms(dataset_transforms(loader.dataset) or []):
-        if 'ResizedCrop' in type(t).__name__:
-            area = getattr(t, 'crop_ratio_range', getattr(t, 'scale', None))
-            if isinstance(area, (tuple, list)) and len(area) == 2:
-                return tuple(area)
-    return None
+        area = getattr(t, 'crop_ratio_range', getattr(t, 'scale', None))
+        if 'ResizedCrop' in type(t).__name__ and isinstance(
+                area, (tuple, list)) and len(area) == 2:
+            return tuple(area)
