@@ -13,7 +13,6 @@ from mmpretrain.registry import MODELS as MMPRETRAIN_MODELS
 
 from mocoplug.models.utils import encoder_checkpoint
 from mocoplug.registry import MODELS
-
 from ..algorithms.test_mocov3 import TINY_VIT as VIT
 
 NECK = dict(
