@@ -16,22 +16,11 @@
 # kernels where nvcc is found (FORCE_CUDA=1), else CPU-only, as it says. A
 # compiled mmcv already there is kept in either mode.
 #
-# Idempotent: a second run checks a stamp and the installed stack and exits in
-# seconds. Steps: 1. the venv (Python 3.11; PYTHON=/path/to/python picks
-# another); 2. build tools (setuptools>=77.0.3,<82: torch 2.14.1 asks for
-# >=77.0.3, mmcv 2.1.0's setup.py imports pkg_resources, gone in 82);
-# 3. torch/torchvision/mmengine and the test tools, pinned by
-# requirements/tested.txt; 4. mmcv; 5. mmpretrain/mmdet (they do not pull
-# mmcv in) and mocoplug, editable.
-#
 # Environment knobs: PYTHON; MOCOPLUG_VENV (venv, default <repo>/.venv);
 # MOCOPLUG_CACHE (wheels and logs, default ~/.cache/mocoplug);
 # PIP_FIND_LINKS (folders with a prebuilt mmcv wheel); MAX_JOBS (parallel
-# compile jobs, default nproc, ~0.6 GiB each).
-#
-# Output: one line per step (and the compile's progress); what pip and the
-# compiler print goes to log files under $MOCOPLUG_CACHE/logs, whose tail is
-# shown when a step fails.
+# compile jobs, default nproc, ~0.6 GiB each). Steps, stamp and logs:
+# docs/design_notes.md, "tools/setup_env.sh".
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
