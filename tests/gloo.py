@@ -16,15 +16,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_two_ranks(fn, *args) -> None:
+def run_two_ranks(fn,
+                  *args,
+                  start_method: str = 'fork',
+                  nprocs: int = 2) -> None:
     """``fn(rank, *args)`` in two processes forked from this one: no fresh
     interpreter imports torch and the OpenMMLab packages again (~8 s a
     test with ``mp.spawn``). One torch thread each (a forked OpenMP pool is
     not usable; ``make test`` gives each worker one thread anyway). Raises
     as ``mp.spawn`` does. Tests of what a process does at exit keep
-    ``mp.spawn``: a forked child exits without running ``atexit``."""
+    ``mp.spawn``: a forked child exits without running ``atexit``; so do
+    runs that compile (``start_method='spawn'``, ``nprocs=1`` for one):
+    autograd refuses to run in a process forked after a compiled backward
+    (its first backward starts a thread), so no test process may run one."""
     mp.start_processes(
-        _one_thread, args=(fn, ) + args, nprocs=2, start_method='fork')
+        _one_thread,
+        args=(fn, ) + args,
+        nprocs=nprocs,
+        start_method=start_method)
 
 
 def _one_thread(rank: int, fn, *args) -> None:

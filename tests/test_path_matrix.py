@@ -10,15 +10,19 @@ bit-identical to the 4); ranks (``1``: one process, Shuffle BN ``split``;
 ``2-ddp`` / ``2-split``: 2 gloo ranks with that Shuffle BN; MoCo v3: ``1``
 / ``2``); data loader workers (0, or 2 persistent); precision (``fp32``;
 ``bf16`` where the config uses AMP: BF16OptimWrapper on CPU, AmpOptimWrapper
-in bfloat16 on CUDA); the device (the ``device`` fixture: ``make
-gpu-check`` runs them on CUDA). Each config runs at a tiny size (32 px
-real images, 4 a rank a batch, 1 iteration an epoch, small networks of the
-config's kind) and every case asserts what its factors promise: it trains
-(finite losses, one momentum update a step); a released start puts the
-checkpoint's backbone in both encoders and fills the queue; a resumed run
-ends with the same tensors and losses; 2 ranks end with equal query
-encoders and queues. A hook draws from every generator after each
-epoch's snapshot, as a logging hook might. Rank agreement of stop decisions:
+in bfloat16 on CUDA); compile (``eager``, or ``compiled``: mmengine's
+``compile``, dynamo's ``aot_eager`` backend (no C++ build in the suite),
+for the first config of each algorithm and backbone (the others compile the
+same encoders), run in spawned processes: tests/gloo.py); the device (the
+``device`` fixture: ``make gpu-check`` runs them on CUDA). Each config runs
+at a tiny size (32 px real images, 4 a rank a batch, 1 iteration an epoch,
+small networks of the config's kind) and every case asserts what its
+factors promise: it trains (finite losses, one momentum update a step); a
+released start puts the checkpoint's backbone in both encoders and fills
+the queue; a resumed run ends with the same tensors and losses; 2 ranks end
+with equal query encoders and queues; a compiled run compiles in its first
+steps only. A hook draws from every generator after each epoch's snapshot,
+as a logging hook might. Rank agreement of stop decisions:
 tests/engine/hooks/test_rank_agreement.py. The case count is printed in
 the suite's summary (``path matrix: N cases``).
 """
@@ -54,6 +58,13 @@ def is_v3(name: str) -> bool:
     return name.startswith('mocov3')
 
 
+# compiled: the first config of each algorithm and backbone (the others
+# compile the same encoders; the lr and momentum stay out of the graphs)
+COMPILED = set(
+    {tuple(osp.basename(c).split('_')[:2]): c
+     for c in reversed(CONFIGS)}.values())
+
+
 def levels(name: str) -> dict:
     """The levels of each factor this config can take."""
     return dict(
@@ -62,7 +73,8 @@ def levels(name: str) -> dict:
         resume=('once', 'resumed'),
         ranks=('1', '2') if is_v3(name) else ('1', '2-ddp', '2-split'),
         workers=(0, 2),
-        precision=('fp32', 'bf16') if '-amp-' in name else ('fp32', ))
+        precision=('fp32', 'bf16') if '-amp-' in name else ('fp32', ),
+        compile=('eager', 'compiled') if name in COMPILED else ('eager', ))
 
 
 def all_pairs(configs):
@@ -113,7 +125,7 @@ CASES = all_pairs(CONFIGS)
 def case_id(case: dict) -> str:
     name = osp.splitext(osp.basename(case['config']))[0]
     return (f"{name}-{case['start']}-{case['resume']}-ranks{case['ranks']}-"
-            f"workers{case['workers']}-{case['precision']}")
+            f"workers{case['workers']}-{case['precision']}-{case['compile']}")
 
 
 def shrink(obj):
@@ -208,6 +220,8 @@ def tiny_cfg(case: dict, work_dir, image_folder: str, device: str) -> Config:
         wrapper.type = 'OptimWrapper'
     if ranks > 1:
         cfg.launcher = 'pytorch'
+    if case['compile'] == 'compiled':  # dynamo + AOTAutograd, no C++ build
+        cfg.compile = dict(backend='aot_eager')
     return cfg
 
 
@@ -225,7 +239,8 @@ class PathRecorder(Hook):
                 k: v.detach().cpu().clone()
                 for k, v in model.state_dict().items()
             },
-            losses=[])
+            losses=[],
+            graphs=[])
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         model = runner.model.module if hasattr(runner.model,
@@ -239,6 +254,8 @@ class PathRecorder(Hook):
                          data_batch=None,
                          outputs=None):
         self.seen['losses'].append(float(outputs['loss']))
+        self.seen['graphs'].append(
+            torch._dynamo.utils.counters['stats']['unique_graphs'])
 
     def after_train(self, runner):
         model = runner.model.module if hasattr(runner.model,
@@ -249,6 +266,7 @@ class PathRecorder(Hook):
             k: v.detach().cpu().clone()
             for k, v in model.state_dict().items()
         }
+        self.seen['compiled'] = model.backbone._compiled_call_impl is not None
         self.seen['updates'] = next(
             h.num_updates for h in runner.hooks
             if type(h).__name__ == 'MomentumUpdateHook')
@@ -264,23 +282,32 @@ def train(cfg: Config) -> None:
         iterator._shutdown_workers()
 
 
-def _rank_main(rank: int, port: int, cfg_dict: dict) -> None:
-    os.environ.update(
-        MASTER_ADDR='127.0.0.1',
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE='2')
+def _rank_main(rank: int, port: int, cfg_dict: dict, ranks: int) -> None:
+    if ranks > 1:
+        os.environ.update(
+            MASTER_ADDR='127.0.0.1',
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(ranks))
     train(Config(cfg_dict))
-    torch.distributed.destroy_process_group()
+    if ranks > 1:
+        torch.distributed.destroy_process_group()
 
 
 def launch(cfg: Config, ranks: int) -> list:
-    """Train ``cfg`` in ``ranks`` processes; what each rank recorded."""
-    if ranks == 1:
+    """Train ``cfg`` in ``ranks`` processes (forked; spawned when compiled:
+    tests/gloo.py); what each rank recorded."""
+    if ranks == 1 and not cfg.get('compile'):
         train(cfg)
     else:
-        run_two_ranks(_rank_main, free_port(), cfg.to_dict())
+        run_two_ranks(
+            _rank_main,
+            free_port(),
+            cfg.to_dict(),
+            ranks,
+            start_method='spawn' if cfg.get('compile') else 'fork',
+            nprocs=ranks)
     return [
         torch.load(osp.join(cfg.work_dir, f'rank{r}.pt'), weights_only=False)
         for r in range(ranks)
@@ -339,6 +366,11 @@ def test_path(case, device, tmp_path, image_folder, deterministic):
         assert len(seen['losses']) == EPOCHS
         assert all(math.isfinite(x) and x > 0 for x in seen['losses'])
         assert seen['updates'] == EPOCHS
+        # compiled in the first steps, never after the second though the lr
+        # and momentum change (BF16OptimWrapper's first-step check of the
+        # CPU convolutions: hooks, a recompile in the second)
+        assert seen['compiled'] == (case['compile'] == 'compiled')
+        assert seen['graphs'][1:] == seen['graphs'][1:2] * (EPOCHS - 1)
     if released is not None:  # both encoders start from the checkpoint
         start = full[0]['start']
         for k, v in released.items():

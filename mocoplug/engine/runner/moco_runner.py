@@ -134,6 +134,17 @@ class MoCoRunner(Runner):
             check_mmcv_ops_device(params.device)
         return wrapped
 
+    def _maybe_compile(self, target: str) -> None:
+        """mmengine's ``compile``; for a MoCo model, its encoders in place,
+        not ``train_step`` (docs/design_notes.md, "Compile")."""
+        options, model = self.cfg.get('compile'), get_ori_model(self.model)
+        if not options or not isinstance(model, BaseMomentumSelfSupervisor):
+            return super()._maybe_compile(target)
+        options = {} if options is True else dict(options)
+        for name in ('backbone', 'neck', 'predictor', 'momentum_encoder'):
+            if getattr(model, name, None) is not None:
+                getattr(model, name).compile(**options)
+
     def build_optim_wrapper(self, optim_wrapper):
         """mmengine's, via :func:`without_fused_sgd_under_loss_scaling`."""
         return super().build_optim_wrapper(
