@@ -11,16 +11,13 @@ import torch
 def cuda_device_to_save() -> Optional[int]:
     """The CUDA device whose generator this process saves; None unless CUDA
     is initialised here (reading would create a context)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.current_device()
-    return None
+    used = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.cuda.current_device() if used else None
 
 
 def cuda_device_to_restore() -> Optional[int]:
     """The current CUDA device (where a generator is restored), or None."""
-    if torch.cuda.is_available():
-        return torch.cuda.current_device()
-    return None
+    return torch.cuda.current_device() if torch.cuda.is_available() else None
 
 
 def get_random_state() -> Dict[str, Any]:

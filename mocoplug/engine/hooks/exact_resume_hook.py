@@ -36,7 +36,8 @@ KERNEL_FIXES = dict(
     allow_tf32='torch.backends.cuda.matmul.allow_tf32 and '
     'torch.backends.cudnn.allow_tf32 as when it was written',
     cudnn_deterministic='randomness.deterministic as when it was written',
-    cudnn_benchmark='env_cfg.cudnn_benchmark as when it was written')
+    cudnn_benchmark='env_cfg.cudnn_benchmark as when it was written',
+    compile="compile (mmengine's, in the config) as when it was written")
 
 
 def cpu_model() -> str:
@@ -50,9 +51,9 @@ def cpu_model() -> str:
         platform.processor() or platform.machine())
 
 
-def kernel_settings() -> Dict[str, Any]:
-    """What, besides their inputs, decides how this process's kernels round
-    (strings, ints and bools: ``weights_only`` loadable)."""
+def kernel_settings(compile_cfg: Any = None) -> Dict[str, Any]:
+    """What, besides their inputs, decides how this process's kernels round,
+    the config's ``compile`` included (str, int, bool: ``weights_only``)."""
     settings = dict(
         torch=str(torch.__version__),
         threads=torch.get_num_threads(),
@@ -62,6 +63,8 @@ def kernel_settings() -> Dict[str, Any]:
                                   os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
         deterministic=torch.are_deterministic_algorithms_enabled(),
         matmul_precision=torch.get_float32_matmul_precision())
+    if compile_cfg:
+        settings['compile'] = str(compile_cfg)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         cudnn = torch.backends.cudnn
         settings.update(
@@ -98,9 +101,8 @@ def _warn(message: str) -> None:
 
 def _loop_kind(loop) -> str:
     """'iter', 'epoch' or 'other'."""
-    if isinstance(loop, IterBasedTrainLoop):
-        return 'iter'
-    return 'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other'
+    return 'iter' if isinstance(loop, IterBasedTrainLoop) else (
+        'epoch' if isinstance(loop, EpochBasedTrainLoop) else 'other')
 
 
 def _apply_before_next(iterator: Iterator, hook: 'ExactResumeHook',
@@ -230,7 +232,7 @@ class ExactResumeHook(Hook):
             num_workers=int(getattr(loader, 'num_workers', 0)),
             world_size=get_world_size(),
             sampler_seed=None if seed is None else int(seed),
-            kernels=kernel_settings(),
+            kernels=kernel_settings(runner.cfg.get('compile')),
             ranks=ranks or [get_random_state()])  # else this rank's, now
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
@@ -241,7 +243,8 @@ class ExactResumeHook(Hook):
         problems = self._resume_problems(runner, checkpoint)
         if problems:
             return _warn('; '.join(problems) + f'; {NOT_EXACT}.')
-        state, now = checkpoint[STATE_KEY], kernel_settings()
+        state = checkpoint[STATE_KEY]
+        now = kernel_settings(runner.cfg.get('compile'))
         self._pending, self._snapshot = state['ranks'][get_rank()], None
         rounding = rounding_differences(state.get('kernels'), now)
         done = (f'resuming at epoch {state["epoch"]}, iteration '

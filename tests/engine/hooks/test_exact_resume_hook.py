@@ -362,6 +362,22 @@ def test_other_thread_count_restores_the_streams_naming_it(
             'OMP_NUM_THREADS as when it was written).') in warnings_logged[0]
 
 
+def test_compiled_and_eager_kernels_are_told_apart_at_resume():
+    """A compiled run's kernels round unlike eager ones: ``compile`` is a
+    kernel setting, recorded only when set (eager checkpoints unchanged)."""
+    from mocoplug.engine.hooks.exact_resume_hook import (kernel_settings,
+                                                         rounding_differences)
+    eager = kernel_settings()
+    compiled = kernel_settings(dict(backend='inductor'))
+    assert 'compile' not in eager and kernel_settings(False) == eager
+    assert compiled == dict(eager, compile="{'backend': 'inductor'}")
+    assert rounding_differences(compiled, compiled) == [] or 'cuda' in eager
+    assert rounding_differences(eager, compiled)[0] == (
+        "the kernel setting compile was None when the checkpoint was written "
+        "and is \"{'backend': 'inductor'}\" now (compile (mmengine's, in the "
+        'config) as when it was written)')
+
+
 def test_a_checkpoint_without_kernel_settings_restores_the_streams(
         tmp_path, tiny_runner_cfg, warnings_logged):
     """A checkpoint of a mocoplug that did not record the kernel settings
@@ -421,7 +437,7 @@ def test_a_cuda_resume_with_cudnn_benchmark_says_it_does_not_repeat(
             for k, v in CUDA_SETTINGS.items() if k.startswith(('cu', 'allow'))
         })
     settings['cudnn_benchmark'] = True
-    monkeypatch.setattr(module, 'kernel_settings', lambda: settings)
+    monkeypatch.setattr(module, 'kernel_settings', lambda *_: settings)
     logged = []
     monkeypatch.setattr(
         module,
