@@ -8,6 +8,7 @@ momentum, keeps its checkpoint keys, and computes what eager does, in
 float64 to round-off over several steps, with the queue and the key
 encoder (updated in place after each step) included."""
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from mmengine.hooks import Hook
 from torch._dynamo import lookup_backend, register_backend
 
 from mocoplug.engine.hooks import MomentumUpdateHook
+from mocoplug.engine.runner import MoCoRunner
 from mocoplug.registry import MODELS, RUNNERS
 from ...models.algorithms.test_moco import parity_eps, samples, tiny_moco
 from ...models.algorithms.test_mocov3 import DIM, mlp, tiny_mocov3
@@ -117,11 +119,11 @@ def steps(model, compiled: bool) -> list:
     """4 SGD steps of ``model`` (float64) with a changing lr and momentum:
     what each step's forward and the model after it hold."""
     model = copy.deepcopy(model)
-    if compiled:
+    if compiled:  # MoCoRunner's own code, outside a Runner
         GRAPHS.clear()
-        for name in ('backbone', 'neck', 'predictor', 'momentum_encoder'):
-            if getattr(model, name, None) is not None:  # as MoCoRunner does
-                getattr(model, name).compile(**COMPILE)
+        MoCoRunner._maybe_compile(
+            SimpleNamespace(cfg=dict(compile=COMPILE), model=model),
+            'train_step')
     optimizer = torch.optim.SGD(
         [p for p in model.parameters() if p.requires_grad],
         lr=0.1,
