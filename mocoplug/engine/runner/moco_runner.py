@@ -140,10 +140,7 @@ class MoCoRunner(Runner):
         options, model = self.cfg.get('compile'), get_ori_model(self.model)
         if not options or not isinstance(model, BaseMomentumSelfSupervisor):
             return super()._maybe_compile(target)
-        options = {} if options is True else dict(options)
-        for name in ('backbone', 'neck', 'predictor', 'momentum_encoder'):
-            if getattr(model, name, None) is not None:
-                getattr(model, name).compile(**options)
+        model.compile_encoders(**({} if options is True else options))
 
     def build_optim_wrapper(self, optim_wrapper):
         """mmengine's, via :func:`without_fused_sgd_under_loss_scaling`."""

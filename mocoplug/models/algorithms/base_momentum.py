@@ -3,6 +3,7 @@ import copy
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -82,6 +83,25 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         """The (online, momentum) module pairs MomentumUpdateHook updates."""
         return [(self.backbone, self.momentum_encoder.backbone),
                 (self.neck, self.momentum_encoder.neck)]
+
+    def compile_encoders(self, **options) -> None:
+        """``torch.compile(**options)`` the encoders in place (the rest stays
+        eager); on the CPU inductor keeps the model's memory format."""
+        for module in self.modules():  # numpy scalars break dynamo's graphs
+            for key, value in list(vars(module).items()):
+                if isinstance(value, np.generic):
+                    setattr(module, key, value.item())
+        if options.get('backend', 'inductor') == 'inductor' and next(
+                self.parameters()).device.type == 'cpu':
+            from torch._inductor import list_mode_options  # (47 ms import)
+            options['options'] = {
+                'layout_optimization': self.channels_last,
+                **list_mode_options(options.pop('mode', None) or 'default'),
+                **options.get('options', {})
+            }
+        for name in ('backbone', 'neck', 'predictor', 'momentum_encoder'):
+            if getattr(self, name, None) is not None:
+                getattr(self, name).compile(**options)
 
     def init_weights(self) -> None:
         """Initialise (or load ``encoders_from`` into) the online modules and
