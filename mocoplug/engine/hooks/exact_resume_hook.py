@@ -38,6 +38,7 @@ KERNEL_FIXES = dict(
     cudnn_deterministic='randomness.deterministic as when it was written',
     cudnn_benchmark='env_cfg.cudnn_benchmark as when it was written',
     compile="compile (mmengine's, in the config) as when it was written")
+DEFAULT = (None, False, 'default', 'inductor')  # torch.compile's options
 
 
 def cpu_model() -> str:
@@ -63,8 +64,10 @@ def kernel_settings(compile_cfg: Any = None) -> Dict[str, Any]:
                                   os.environ.get('DNNL_MAX_CPU_ISA', 'ALL')),
         deterministic=torch.are_deterministic_algorithms_enabled(),
         matmul_precision=torch.get_float32_matmul_precision())
-    if compile_cfg:
-        settings['compile'] = str(compile_cfg)
+    if compile_cfg:  # torch.compile's defaults, however spelt: 'True'
+        options = {} if compile_cfg is True else dict(compile_cfg)
+        kept = {k: v for k, v in sorted(options.items()) if v not in DEFAULT}
+        settings['compile'] = str(kept or True)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         cudnn = torch.backends.cudnn
         settings.update(

@@ -368,14 +368,19 @@ def test_compiled_and_eager_kernels_are_told_apart_at_resume():
     from mocoplug.engine.hooks.exact_resume_hook import (kernel_settings,
                                                          rounding_differences)
     eager = kernel_settings()
-    compiled = kernel_settings(dict(backend='inductor'))
+    compiled = kernel_settings(dict(backend='inductor', mode='max-autotune'))
     assert 'compile' not in eager and kernel_settings(False) == eager
-    assert compiled == dict(eager, compile="{'backend': 'inductor'}")
+    assert compiled == dict(eager, compile="{'mode': 'max-autotune'}")
     assert rounding_differences(compiled, compiled) == [] or 'cuda' in eager
     assert rounding_differences(eager, compiled)[0] == (
         "the kernel setting compile was None when the checkpoint was written "
-        "and is \"{'backend': 'inductor'}\" now (compile (mmengine's, in the "
+        "and is \"{'mode': 'max-autotune'}\" now (compile (mmengine's, in the "
         'config) as when it was written)')
+    # the defaults, however spelt, are one setting
+    assert kernel_settings(True) == kernel_settings(
+        dict(backend='inductor', mode='default', fullgraph=False)) == dict(
+            eager, compile='True')
+    assert kernel_settings(dict(backend='aot_eager')) != kernel_settings(True)
 
 
 def test_a_checkpoint_without_kernel_settings_restores_the_streams(
