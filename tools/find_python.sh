@@ -1,15 +1,9 @@
 # shellcheck shell=bash
 # Sourced by tools/dist_train.sh, tools/dist_test.sh and tools/slurm_train.sh:
-# the Python that runs mocoplug, so that they work in a new shell as typed,
-# and the torchrun launch the two dist_*.sh scripts share.
-#   1. $PYTHON, when it is set;
-#   2. `python` on PATH, when it has torch and mmengine (an activated venv or
-#      conda environment);
-#   3. the project's environment made by `make demo` / tools/setup_env.sh:
-#      $MOCOPLUG_VENV, by default .venv in the project's root.
-# Otherwise it stops and says what to do.
+# the Python that runs mocoplug (order: docs/design_notes.md,
+# "tools/find_python.sh") and the torchrun launch they share.
 
-# find_python ROOT: print the Python to use (a notice on stderr for 3.)
+# find_python ROOT: print the Python to use
 find_python() {
   local root=$1
   local venv=${MOCOPLUG_VENV:-$root/.venv}

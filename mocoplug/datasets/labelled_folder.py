@@ -46,7 +46,7 @@ def fill_data_root(cfg: Config) -> int:
     """Copy ``cfg.data_root`` into the labelled ``CustomDataset`` without
     one, check them, fill a None ``model.head.num_classes`` (in place);
     returns how many datasets received the folder."""
-    from mocoplug.utils.walk_dicts import walk_dicts  # (circular import)
+    from mocoplug.utils.config_options import walk_dicts  # (circular)
     datasets = []
 
     def collect(node: dict) -> None:

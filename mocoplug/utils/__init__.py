@@ -3,12 +3,10 @@ from ..compat import (load_from_local, patch_adjust_hue,
                       register_checkpoint_loader, register_config_package,
                       trusted_globals)
 from ..datasets.labelled_folder import fill_data_root, labelled_folder_classes
+from .config_options import enabled_default_hooks, fill_pretrained, walk_dicts
 from .device_augment_config import use_device_augmentation
-from .disabled_hooks import enabled_default_hooks
-from .pretrained import fill_pretrained
 from .process_group import leave_process_group, leave_process_group_at_exit
 from .setup_env import register_all_modules
-from .walk_dicts import walk_dicts
 
 __all__ = [
     'load_from_local', 'register_checkpoint_loader', 'trusted_globals',

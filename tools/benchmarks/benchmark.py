@@ -18,12 +18,11 @@ COMMANDS = {
     'device-augment': 'two-view augmentation on the device against workers',
     'detection-ops': "detector step, served mmcv ops against compiled mmcv's",
     'detection-zoo': "mmdet's model zoo: a train step and a test pass each",
-    'health-hook': 'cost of RepresentationHealthHook per iteration',
+    'hook-cost': 'cost of the health and non-finite hooks per iteration',
     'knn': 'weighted kNN evaluation at ImageNet size',
     'lars': 'MoCoV3LARS step against mmpretrain LARS',
     'memory': 'resident memory over a long run (leak check)',
     'momentum-update': "MomentumUpdateHook against mmengine's EMA",
-    'non-finite-check': 'cost of NonFiniteLossHook per iteration',
 }
 
 

@@ -4,13 +4,11 @@ at each of ``--batches``; ``--e2e``: images/s of short runs per path."""
 import os
 import os.path as osp
 import tempfile
-import time
 from typing import List
 
 import torch
 from mmengine.config import Config
 from mmengine.dataset import Compose, default_collate
-from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS, DefaultScope
 
 import mocoplug  # noqa: F401  (registers everything)
@@ -80,22 +78,6 @@ def decode_costs(batch: int, device: torch.device, rounds: int,
         device=str(device), batch=batch, ms_per_image=round(total / batch, 3))
 
 
-class Throughput(Hook):
-    """Wall time of the iterations after the first ``warmup``."""
-    priority = 'VERY_LOW'
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup = warmup
-        self.start = self.end = None
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        if runner.iter == self.warmup:
-            self.start = time.perf_counter()
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None, **kw):
-        self.end = time.perf_counter()
-
-
 def resnet18_folder_cfg(path: str, data_root: str, batch: int) -> Config:
     """MoCo v2, ResNet-18, 64 px crops, batch ``batch``, SplitBN."""
     cfg = Config.fromfile(FOLDER)
@@ -136,9 +118,9 @@ def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
                 cfg.env_cfg = dict(dist_cfg=dict(backend='gloo'))
                 cfg.experiment_name = f'{name}-{path}-{workers}-{os.getpid()}'
                 runner = RUNNERS.build(cfg)
-                clock = Throughput(warmup)
-                runner.register_hook(clock)
                 runner.train()
+            # IterTimerHook's seconds of each iteration, data wait included
+            seconds = runner.message_hub.get_scalar('train/time').data[0]
             images = (iters - warmup) * cfg.train_dataloader.batch_size
             rows.append(
                 dict(
@@ -146,7 +128,7 @@ def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
                     path=path,
                     workers=workers,
                     batch=cfg.train_dataloader.batch_size,
-                    images_per_s=round(images / (clock.end - clock.start), 1)))
+                    images_per_s=round(images / seconds[warmup:].sum(), 1)))
             print(
                 f'  {name} {path} workers={workers}: '
                 f'{rows[-1]["images_per_s"]} images/s',
