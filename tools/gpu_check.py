@@ -54,10 +54,12 @@ SIZES = dict(
         resume_iters=40,
         bench=('--backbone resnet50 --img-size 224 --batch 32 '
                '--queue-size 65536 --steps 20 --warmup 5').split(),
-        # (AMP, channels_last, cuDNN autotuning)
+        # (AMP, channels_last, cuDNN autotuning[, more options])
         bench_combos=[('off', 'off', False), ('off', 'on', False),
                       ('on', 'off', False), ('on', 'on', False),
-                      ('off', 'off', True), ('on', 'on', True)],
+                      ('off', 'off', True), ('on', 'on', True),
+                      ('bf16', 'on', False,
+                       '--compile max-autotune --batch 64')],
         augment='--batches 32 256'.split(),
         knn=[],  # benchmark_knn's defaults: ImageNet size
         dist_iters=50,
@@ -217,27 +219,34 @@ def run_exact_resume(args, size, work_dir) -> dict:
         f'{half}/{iters})')
 
 
+def bench_argv(device: str, size: dict, combo: tuple) -> tuple:
+    """The run name and benchmark.py train options of a bench combo."""
+    amp, channels_last, autotune, *more = combo
+    name = f'amp_{amp}-channels_last_{channels_last}' + (
+        '-cudnn_benchmark' if autotune else '') + ('-compiled' * len(more))
+    breakdown = device == 'cuda' and combo == ('off', 'off', False)
+    return name, size['bench'] + (
+        f'--device {device} --amp {amp} --channels-last {channels_last} '
+        f"--breakdown {'on' if breakdown else 'off'} {' '.join(more)}"
+    ).split()
+
+
 def run_benchmark(args, size, work_dir) -> dict:
-    """benchmark.py train (AMP x channels_last x cuDNN autotuning),
-    device-augment --decode."""
+    """benchmark.py train (AMP x channels_last x cuDNN autotuning,
+    compiled), device-augment --decode."""
     bench = benchmark_command('train')
     out, checks = {}, {}
     for combo in size['bench_combos']:
-        amp, channels_last, autotune = combo
-        name = f'amp_{amp}-channels_last_{channels_last}' + (
-            '-cudnn_benchmark' if autotune else '')
-        breakdown = args.device == 'cuda' and combo == ('off', 'off', False)
-        argv = (f'--device {args.device} --amp {amp} --channels-last '
-                f"{channels_last} --breakdown {'on' if breakdown else 'off'}")
+        name, argv = bench_argv(args.device, size, combo)
         with kept_torch_flags():
-            torch.backends.cudnn.benchmark = autotune
+            torch.backends.cudnn.benchmark = combo[2]
             result = bench.main(
-                size['bench'] + argv.split() +
-                ['--json', osp.join(work_dir, name + '.json')])
+                argv + ['--json', osp.join(work_dir, name + '.json')])
         run = result['runs'][0]
         ms = {i: round(s['median_ms'], 2) for i, s in run['steps'].items()}
         out[name] = dict(
             median_ms=ms,
+            first_step_ms=run.get('first_step_ms'),  # compiling
             paired_ratio=run.get('paired_ratio'),
             breakdown_ours_ms=run.get('breakdown_ours_ms'))
         checks[f'{name}_timed'] = all(

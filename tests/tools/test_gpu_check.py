@@ -96,3 +96,28 @@ def test_cpu_mode_runs_every_step_and_reports_values(load_tool, tmp_path,
         assert f'| {name} | ok |' in table
     assert '| 6 passed, 0 failed, 0 errors, 0 skipped |' in table
     assert '1 of 1 configs ok at 64 px' in table
+
+
+def test_the_gpu_benchmark_runs_parse_into_their_settings(load_tool):
+    """The CUDA runs (not run without a GPU) are valid benchmark.py train
+    options; the compiled one is the GPU row of issue 37: R50, 224 px,
+    batch 64, K 65536, bfloat16, channels-last, max-autotune."""
+    gpu_check = load_tool('gpu_check')
+    bench = gpu_check.benchmark_command('train')
+    size = gpu_check.SIZES['cuda']
+    runs = {}
+    for combo in size['bench_combos']:
+        name, argv = gpu_check.bench_argv('cuda', size, combo)
+        runs[name] = bench.parse_args(argv)
+    assert len(runs) == len(size['bench_combos'])
+    compiled = runs['amp_bf16-channels_last_on-compiled']
+    assert (compiled.backbone, compiled.img_size, compiled.batch,
+            compiled.queue_size, compiled.amp, compiled.channels_last,
+            compiled.compile,
+            compiled.compile_backend) == ('resnet50', 224, 64, [65536], 'bf16',
+                                          'on', 'max-autotune', 'inductor')
+    assert runs['amp_off-channels_last_off'].breakdown == 'on'
+    assert {
+        r.compile
+        for n, r in runs.items() if n != 'amp_bf16-channels_last_on-compiled'
+    } == {None}

@@ -21,16 +21,19 @@ from mocoplug.engine.hooks import MomentumUpdateHook
 from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
-from .common import (load_average, machine, markdown_table, parser,
+from .common import (load_average, machine, markdown_table, parser, print_rows,
                      round_robin_ms)
 from .common import synchronize as sync
-from .common import write_json
+from .common import timed_ms, write_json
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
 PREPROCESSOR = dict(mean=MEAN, std=STD, to_rgb=True)
 FEAT_DIM = dict(resnet18=512, resnet34=512, resnet50=2048, resnet101=2048)
-IMPLS = ('ours', 'mmpretrain', 'floor')
+# (numerator, denominator) of the table's ratios, where both were timed
+RATIOS = [('ours', 'mmpretrain'), ('ours', 'floor'),
+          ('ours_compiled', 'floor'), ('ours_compiled', 'floor_compiled'),
+          ('ours_compiled', 'mmpretrain_compiled')]
 ALGOS = ['mocov2', 'mocov3']
 SEED = 0
 OPTIMIZER_NOTE = dict(
@@ -53,12 +56,18 @@ def parse_args(argv=None):
     p.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
     p.add_argument('--queue-size', type=int, nargs='+', default=[4096, 65536])
     on_off = dict(choices=['on', 'off'], default='off')
-    p.add_argument('--amp', **on_off)  # float16 (CUDA) / bfloat16 (CPU)
+    # on: float16 (CUDA) / bfloat16 (CPU); bf16: bfloat16 on either
+    p.add_argument('--amp', choices=['on', 'off', 'bf16'], default='off')
     p.add_argument('--channels-last', **on_off)
     # MoCo v1's step is v2's; shipped: the SGD each one's configs use
     p.add_argument('--algos', nargs='+', choices=ALGOS, default=ALGOS[:1])
     p.add_argument('--optimizer', choices=OPTIMIZER_NOTE, default='shipped')
     p.add_argument('--breakdown', choices=['on', 'off'], default='on')
+    # adds each implementation compiled, as its users can: ours by
+    # compile_encoders (MoCoRunner's compile), the floor's modules alike,
+    # mmpretrain's train_step (what mmengine's compile=True wraps)
+    p.add_argument('--compile', default=None, help="torch.compile's mode")
+    p.add_argument('--compile-backend', default='inductor')
     return p.parse_args(argv)
 
 
@@ -160,8 +169,9 @@ def sgd(params, impl: str, args) -> torch.optim.Optimizer:
 
 
 def optim_wrapper(model: nn.Module, args, impl: str) -> OptimWrapper:
+    float16 = args.amp == 'on' and args.device == 'cuda'
     wrapper = OptimWrapper if args.amp == 'off' else (
-        AmpOptimWrapper if args.device == 'cuda' else BF16OptimWrapper)
+        AmpOptimWrapper if float16 else BF16OptimWrapper)
     return wrapper(optimizer=sgd(model.parameters(), impl, args))
 
 
@@ -180,9 +190,9 @@ class FloorMoCo(nn.Module):
         self.optimizer = sgd(self.parameters(), 'floor', args)
         self.online = [*self.backbone.parameters(), *self.neck.parameters()]
         self.target = list(self.key_encoder.parameters())
-        self.amp, self.device = args.amp == 'on', args.device
-        self.scaler = torch.amp.GradScaler(
-            'cuda') if self.amp and args.device == 'cuda' else None
+        self.amp, self.device = args.amp != 'off', args.device
+        self.scaler = torch.amp.GradScaler('cuda') if (
+            args.amp == 'on' and args.device == 'cuda') else None
         self.register_buffer('mean', torch.tensor(MEAN).view(1, 3, 1, 1))
         self.register_buffer('std', torch.tensor(STD).view(1, 3, 1, 1))
         if self.predictor is None:
@@ -195,7 +205,7 @@ class FloorMoCo(nn.Module):
             return nullcontext()
         return torch.autocast(
             self.device,
-            dtype=torch.float16 if self.device == 'cuda' else torch.bfloat16)
+            dtype=torch.float16 if self.scaler else torch.bfloat16)
 
     def update(self, loss: torch.Tensor) -> None:
         """Backward, optimizer step and momentum update."""
@@ -310,6 +320,25 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     return funcs, (ours, hook, wrappers['ours'], samples)
 
 
+def compiled_step_functions(args, algo: str, size) -> Dict[str, Callable]:
+    """step_functions' steps compiled, ``.first_ms`` their first's time."""
+    funcs, _ = step_functions(args, algo, size)
+    options = dict(backend=args.compile_backend, mode=args.compile)
+    funcs['ours'].model.compile_encoders(**options)
+    for module in funcs['floor'].model.children():  # its encoders
+        module.compile(**options)
+    theirs = funcs['mmpretrain'].model
+    theirs.train_step = torch.compile(theirs.train_step, **options)
+    batch = make_batches(args, 1)[0]
+    for impl, func in funcs.items():
+        try:
+            func.first_ms = timed_ms(lambda: func(batch), args.device)
+        except RuntimeError as error:  # reported, the others still timed
+            func.first_ms = None
+            print(f'{impl}_compiled failed: {str(error).splitlines()[0]}')
+    return {f'{impl}_compiled': func for impl, func in funcs.items()}
+
+
 def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
     """Median ms of each piece of ours' MoCo v2 step, synced after each."""
     model, hook, wrapper, samples = ours_bundle
@@ -372,6 +401,9 @@ def main(argv=None):
     for algo in args.algos:
         for size in [None] if algo == 'mocov3' else args.queue_size:
             funcs, ours_bundle = step_functions(args, algo, size)
+            compiled = compiled_step_functions(args, algo,
+                                               size) if args.compile else {}
+            funcs.update((n, f) for n, f in compiled.items() if f.first_ms)
             batches = make_batches(args)
             times = round_robin_ms(funcs, args.device, args.steps, args.warmup,
                                    batches)
@@ -382,12 +414,16 @@ def main(argv=None):
                     name: dict(median_ms=statistics.median(t), all_ms=t)
                     for name, t in times.items()
                 },
+                # compiling and running the first step
+                first_step_ms=dict(
+                    (n, f.first_ms) for n, f in compiled.items()),
                 # the median of the per-round ratios: steadier than the
                 # ratio of the medians when the machine's load drifts
                 paired_ratio={
-                    name:
-                    statistics.median(a / b for a, b in zip(times['ours'], t))
-                    for name, t in times.items() if name != 'ours'
+                    f'{a}/{b}':
+                    statistics.median(
+                        map(float.__truediv__, times[a], times[b]))
+                    for a, b in RATIOS if a in times and b in times
                 })
             if args.breakdown == 'on' and algo != 'mocov3':
                 run['breakdown_ours_ms'] = breakdown(ours_bundle, batches,
@@ -409,33 +445,40 @@ def print_breakdown(run) -> None:
     pieces = run['breakdown_ours_ms']
     total = sum(pieces.values())
     print(f"\nbreakdown of ours ({run['algo']}, K={run['queue_size']}), "
-          f'median ms with a sync after each piece:')
-    print('| piece | ms | share |\n|---|---|---|')
-    for name, ms in pieces.items():
-        print(f'| {name} | {ms:.2f} | {100 * ms / total:.1f}% |')
-    print(f"| total (timed step: {run['steps']['ours']['median_ms']:.1f}) "
-          f'| {total:.2f} | |')
+          'median ms with a sync after each piece (the timed step: '
+          f"{run['steps']['ours']['median_ms']:.1f}):")
+    print_rows({
+        name: f'{ms:.2f} ({100 * ms / total:.1f}%)'
+        for name, ms in dict(pieces, total=total).items()
+    })
 
 
 def print_table(runs, args, machine_at_start: str) -> None:
+    compiled = '' if not args.compile else (
+        f'; *_compiled: torch.compile(backend={args.compile_backend!r}, '
+        f'mode={args.compile!r}), first step (compiling) ' +
+        ', '.join(f'{n} ' + (f'{ms / 1000:.1f} s' if ms else 'failed')
+                  for n, ms in runs[0]['first_step_ms'].items()))
     print(
         f'\n{machine_at_start} at start; {args.backbone}, '
         f'{args.img_size} px, batch {args.batch}, amp {args.amp}, '
         f'channels_last {args.channels_last}, median of {args.steps} steps '
         f'after {args.warmup} warm-up, round-robin, one process. Shuffle BN: '
         'none in all (single process). SGD kernel: '
-        f"{OPTIMIZER_NOTE[args.optimizer]}. Ratios: of the medians "
+        f"{OPTIMIZER_NOTE[args.optimizer]}{compiled}. Ratios: of the medians "
         '(median of the per-round ratios).')
+    impls, ratios = list(runs[0]['steps']), list(runs[0]['paired_ratio'])
     columns = dict(algo='algo', K='K')
-    columns.update((n, f'{n} ms/step (img/s)') for n in IMPLS)
-    columns.update((f'/{r}', f'ours / {r} (paired)') for r in IMPLS[1:])
+    columns.update((n, f'{n} ms/step (img/s)') for n in impls)
+    columns.update((r, r.replace('/', ' / ') + ' (paired)') for r in ratios)
     rows = []
     for run in runs:
-        med = {n: run['steps'][n]['median_ms'] for n in IMPLS}
+        med = {n: run['steps'][n]['median_ms'] for n in impls}
         row = dict(algo=run['algo'], K=run['queue_size'] or 'batch')
         row.update((n, f'{med[n]:.1f} ({1000 * args.batch / med[n]:.0f})')
-                   for n in IMPLS)
-        row.update((f'/{r}', f"{med['ours'] / med[r]:.3f} "
-                    f"({run['paired_ratio'][r]:.3f})") for r in IMPLS[1:])
+                   for n in impls)
+        for r in ratios:
+            a, b = r.split('/')
+            row[r] = f"{med[a] / med[b]:.3f} ({run['paired_ratio'][r]:.3f})"
         rows.append(row)
     print(markdown_table(rows, columns))

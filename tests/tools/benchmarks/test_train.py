@@ -1,9 +1,20 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """benchmark.py train compares like with like: mocoplug's step, mmpretrain's
 and the floor start from the same weights and, over the same batches, end
-with the same weights and the same queue (up to float round-off)."""
+with the same weights and the same queue (up to float round-off), compiled
+(``--compile``) or not."""
+import os.path as osp
+import sys
+
 import pytest
 import torch
+import torch.multiprocessing as mp
+
+TOOLS = osp.join(osp.dirname(osp.abspath(__file__)), '..', '..', '..', 'tools')
+
+ARGV = ('--backbone resnet18 --img-size 32 --batch 8 --queue-size 32 '
+        '--device cpu --v3-hidden 64').split()
+SIZE = dict(mocov2=32, mocov3=None)
 
 
 def _params(module, prefix):
@@ -16,13 +27,8 @@ def _params(module, prefix):
 @pytest.mark.parametrize('algo', ['mocov2', 'mocov3'])
 def test_the_three_steps_compute_the_same_thing(benchmark_command, algo):
     bench = benchmark_command('train')
-    args = bench.parse_args([
-        '--backbone', 'resnet18', '--img-size', '32', '--batch', '8',
-        '--queue-size', '32', '--device', 'cpu', '--algos', algo,
-        '--v3-hidden', '64'
-    ])
-    funcs, _ = bench.step_functions(args, algo,
-                                    None if algo == 'mocov3' else 32)
+    args = bench.parse_args(ARGV + ['--algos', algo])
+    funcs, _ = bench.step_functions(args, algo, SIZE[algo])
     ours, theirs, floor = (
         funcs[name].model for name in ('ours', 'mmpretrain', 'floor'))
     before = _params(ours, 'backbone.')
@@ -52,3 +58,50 @@ def test_the_three_steps_compute_the_same_thing(benchmark_command, algo):
             ours.queue(), theirs.queue.t(), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(
             ours.queue(), floor.queue, rtol=1e-4, atol=1e-5)
+
+
+def compiled_and_eager_weights(algo: str) -> tuple:
+    """The backbones after the same 4 steps, eager and compiled (dynamo and
+    AOTAutograd, no C++ build), in this process: spawned, see
+    tests/engine/runner/test_compile.py."""
+    sys.path.append(TOOLS)
+    from benchmarks.benchmark import command_module
+    bench = command_module('train')
+    args = bench.parse_args(ARGV + [
+        '--algos', algo, '--compile', 'default', '--compile-backend',
+        'aot_eager'
+    ])
+    funcs, _ = bench.step_functions(args, algo, SIZE[algo])
+    compiled = bench.compiled_step_functions(args, algo, SIZE[algo])
+    batches = bench.make_batches(args, count=3)
+    for func in funcs.values():  # compiled_step_functions' first step
+        func(batches[0])
+    funcs.update(compiled)
+    for raw in batches:
+        for func in funcs.values():
+            func(raw)
+    return ({
+        n: f.first_ms
+        for n, f in compiled.items()
+    }, {
+        n: _params(f.model, 'backbone.')
+        for n, f in funcs.items()
+    })
+
+
+@pytest.mark.parametrize('algo', ['mocov2', 'mocov3'])
+def test_compiled_steps_compute_what_the_eager_ones_do(algo):
+    """ours, the floor and mmpretrain compiled as their users can (see
+    benchmarks/train.py --compile) train the same weights as eager."""
+    with mp.get_context('spawn').Pool(1) as pool:
+        first_ms, weights = pool.apply(compiled_and_eager_weights, (algo, ))
+    assert sorted(first_ms) == [
+        'floor_compiled', 'mmpretrain_compiled', 'ours_compiled'
+    ]
+    assert all(ms > 0 for ms in first_ms.values())
+    # the tolerance of the test above: other orders of the same float32 math
+    for name, after in weights.items():
+        assert after.keys() == weights['ours'].keys()
+        for key, value in weights['ours'].items():
+            torch.testing.assert_close(
+                after[key], value, rtol=1e-4, atol=1e-5, msg=(name, key))
