@@ -55,12 +55,11 @@ def main(argv=None) -> dict:
 
         check = median_ms(checked, repeats=args.steps * 3, warmup=0)
         idle = median_ms(unchecked, repeats=args.calls, warmup=0)
-        non_finite = next(
-            h for h in runner.hooks if isinstance(h, NonFiniteLossHook))
+        guard, = [h for h in runner.hooks if isinstance(h, NonFiniteLossHook)]
         for key, value in outputs.items():
             runner.message_hub.update_scalar(f'train/{key}', value)
         non_finite = median_ms(  # iteration 0: no checkpoint is due
-            lambda: non_finite.after_train_iter(runner, 0, None, outputs),
+            lambda: guard.after_train_iter(runner, 0, None, outputs),
             repeats=args.calls,
             warmup=0)
     train, stash = (statistics.median(steps[c]) for c in (False, True))

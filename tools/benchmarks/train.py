@@ -205,7 +205,7 @@ class FloorMoCo(nn.Module):
             return nullcontext()
         return torch.autocast(
             self.device,
-            dtype=torch.float16 if self.scaler else torch.bfloat16)
+            dtype=torch.float16 if self.scaler is not None else torch.bfloat16)
 
     def update(self, loss: torch.Tensor) -> None:
         """Backward, optimizer step and momentum update."""

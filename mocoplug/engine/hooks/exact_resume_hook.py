@@ -38,7 +38,9 @@ KERNEL_FIXES = dict(
     cudnn_deterministic='randomness.deterministic as when it was written',
     cudnn_benchmark='env_cfg.cudnn_benchmark as when it was written',
     compile="compile (mmengine's, in the config) as when it was written")
-DEFAULT = (None, False, 'default', 'inductor')  # torch.compile's options
+# torch.compile's defaults
+COMPILED = (('backend', 'inductor'), ('mode', 'default'), ('mode', None),
+            ('fullgraph', False), ('dynamic', None), ('options', None))
 
 
 def cpu_model() -> str:
@@ -66,7 +68,7 @@ def kernel_settings(compile_cfg: Any = None) -> Dict[str, Any]:
         matmul_precision=torch.get_float32_matmul_precision())
     if compile_cfg:  # torch.compile's defaults, however spelt: 'True'
         options = {} if compile_cfg is True else dict(compile_cfg)
-        kept = {k: v for k, v in sorted(options.items()) if v not in DEFAULT}
+        kept = dict(kv for kv in sorted(options.items()) if kv not in COMPILED)
         settings['compile'] = str(kept or True)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         cudnn = torch.backends.cudnn

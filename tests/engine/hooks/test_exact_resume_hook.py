@@ -380,7 +380,8 @@ def test_compiled_and_eager_kernels_are_told_apart_at_resume():
     assert kernel_settings(True) == kernel_settings(
         dict(backend='inductor', mode='default', fullgraph=False)) == dict(
             eager, compile='True')
-    assert kernel_settings(dict(backend='aot_eager')) != kernel_settings(True)
+    for other in (dict(backend='aot_eager'), dict(dynamic=False)):
+        assert kernel_settings(other) != kernel_settings(True), other
 
 
 def test_a_checkpoint_without_kernel_settings_restores_the_streams(
