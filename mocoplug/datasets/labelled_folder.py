@@ -29,14 +29,15 @@ def labelled_folder_classes(folder: str) -> List[str]:
         raise ValueError(
             f'Labelled folder {folder!r} has no class sub-folders.{hint} '
             'Expected FOLDER/class_a/xxx.png, FOLDER/class_b/yyy.png, ...')
-    if not any(_has_image(osp.join(folder, c)) for c in classes):
+    if not any(has_image(osp.join(folder, c)) for c in classes):
         raise ValueError(
             f'Labelled folder {folder!r}: its class sub-folders {classes} '
             f'hold no images (extensions {", ".join(IMG_EXTENSIONS)}).')
     return classes
 
 
-def _has_image(folder: str) -> bool:
+def has_image(folder: str) -> bool:
+    """Whether ``folder`` (links followed) holds an image file."""
     return any(f.lower().endswith(IMG_EXTENSIONS)
                for _, _, files in os.walk(folder, followlinks=True)
                for f in files)

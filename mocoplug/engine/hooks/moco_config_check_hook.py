@@ -19,7 +19,7 @@ from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
 from .momentum_update_hook import MomentumUpdateHook
-from .runner_info import current_lrs, schedule_facts
+from .runner_info import accumulative_counts, current_lrs, schedule_facts
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
 
@@ -248,12 +248,39 @@ def warn_dataset_size(model: nn.Module,
     return warnings
 
 
+def warn_in_batch_negatives(model: nn.Module, counts: int, keys: int) -> bool:
+    """Warn (and return True) when MoCo v3 without a queue accumulates
+    gradients: its negatives are one micro-batch's keys."""
+    if type(model).__name__ != 'MoCoV3' or getattr(
+            model, 'queue', None) is not None or counts <= 1:
+        return False
+    print_log(
+        f'MoCoV3 with optim_wrapper.accumulative_counts={counts}: the '
+        f'in-batch negatives of each query are the {keys} keys of its '
+        f'micro-batch (processes x batch), not the {keys * counts} images of '
+        'an optimizer step; MoCo v3 relies on large batches of negatives: '
+        'raise the batch size or the number of processes instead.',
+        logger='current',
+        level=logging.WARNING)
+    return True
+
+
 @HOOKS.register_module()
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup with this module's functions before the
     first batch is loaded; other models are left alone."""
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train
+
+    def before_run(self, runner: Runner) -> None:
+        if type(runner).__name__ == 'FlexibleRunner' and hasattr(
+                get_ori_model(runner.model), 'momentum_pairs'):
+            raise ValueError(
+                "runner_type='FlexibleRunner' (and its strategy): mocoplug's "
+                "MoCo models train with runner_type='mocoplug.MoCoRunner' "
+                '(DDP, the momentum update, CPU ranks, its checks); FSDP and '
+                'DeepSpeed strategies are not supported. Remove runner_type '
+                'and strategy from the config.')
 
     def before_train(self, runner: Runner) -> None:
         model = get_ori_model(runner.model)
@@ -266,6 +293,9 @@ class MoCoConfigCheckHook(Hook):
         check_split_batch(model, loader)
         check_sample_idx(model, loader.dataset)
         warn_without_sync_bn(model, world_size)
+        warn_in_batch_negatives(model,
+                                accumulative_counts(runner.optim_wrapper),
+                                (loader.batch_size or 1) * world_size)
         try:
             num_images = len(unwrap_dataset(loader.dataset))
         except TypeError:  # an iterable dataset without a length

@@ -3,14 +3,31 @@ import itertools
 import math
 
 import torch
+from mmengine.dataset import InfiniteSampler
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
+from torch.utils.data import DataLoader
 
 from mocoplug.models.algorithms.moco import sample_indices
 from mocoplug.registry import HOOKS
+
+
+def refill_loader(loader: DataLoader, seed: int) -> DataLoader:
+    """A loader of ``loader``'s dataset, batch size, collate function and
+    workers (not persistent) over its own ``InfiniteSampler``: the train
+    loop's loader, sampler and iterator are left untouched, so the run's
+    data order does not depend on the refill."""
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size or 1,
+        sampler=InfiniteSampler(loader.dataset, shuffle=True, seed=seed),
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        worker_init_fn=loader.worker_init_fn,
+        drop_last=True)
 
 
 @HOOKS.register_module()
@@ -20,7 +37,8 @@ class QueueRefillHook(Hook):
     run whose encoders start from released weights (``model.encoders_from``);
     not from scratch, not when a checkpoint was resumed, nor without a
     queue. After ``ExactResumeHook`` (priority 89) has set up the workers'
-    seeding, so an uninterrupted run and a resumed one load alike."""
+    seeding; the batches come from :func:`refill_loader` (K may exceed the
+    data: it repeats), never from the train loop's loader."""
 
     priority = 'VERY_LOW'
 
@@ -31,16 +49,23 @@ class QueueRefillHook(Hook):
                 model, 'queue', None) is None or runner.iter > 0:
             return
         loader = runner.train_dataloader
+        if len(loader.dataset) == 0:  # an infinite sampler would spin
+            raise ValueError('QueueRefillHook: the training dataset is empty')
         batch = (loader.batch_size or 1) * get_world_size()
         batches = math.ceil(model.queue.size / batch)
-        passes = itertools.chain.from_iterable(itertools.repeat(loader))
-        for data in itertools.islice(passes, batches):  # K may exceed data
-            data = model.data_preprocessor(data, True)
-            _, im_k = model.views(data['inputs'], type(model).__name__)
-            ids = None
-            if model.queue.exclude_same_instance:
-                ids = sample_indices(data['data_samples'], im_k.device)
-            model.queue.enqueue(model.encode_keys(im_k), ids)
+        iterator = iter(refill_loader(loader, int(runner.seed)))
+        try:
+            for data in itertools.islice(iterator, batches):
+                data = model.data_preprocessor(data, True)
+                _, im_k = model.views(data['inputs'], type(model).__name__)
+                ids = None
+                if model.queue.exclude_same_instance:
+                    ids = sample_indices(data['data_samples'], im_k.device)
+                model.queue.enqueue(model.encode_keys(im_k), ids)
+        finally:
+            shutdown = getattr(iterator, '_shutdown_workers', None)
+            if shutdown is not None:
+                shutdown()
         print_log(
             f'QueueRefillHook: the queue ({model.queue.size} keys) filled '
             f'with keys of {batches} batches of this data',

@@ -47,13 +47,27 @@ def current_lrs(runner: Runner) -> Optional[str]:
                      for name, groups in lrs.items()) or None
 
 
+def accumulative_counts(optim_wrapper) -> int:
+    """Micro-batches an optimizer step accumulates (the largest over an
+    ``OptimWrapperDict``'s wrappers; 1 without accumulation)."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
+    if wrappers is not None:
+        return max([accumulative_counts(w) for w in wrappers.values()] or [1])
+    return int(getattr(optim_wrapper, '_accumulative_counts', 1))
+
+
 def schedule_facts(runner: Runner) -> str:
-    """E.g. 'total batch 64, 95.0 epochs of 194 images' (what is known)."""
+    """E.g. 'total batch 64, 95.0 epochs of 194 images' (what is known);
+    the total batch counts accumulated micro-batches."""
     loader = runner.train_dataloader
-    batch = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
+    counts = accumulative_counts(runner.optim_wrapper)
+    step = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
+    batch = step * counts
+    if counts > 1:
+        batch = f'{batch} ({step} a step x {counts} accumulated)'
     try:
         images = len(unwrap_dataset(loader.dataset))
     except TypeError:
         return f'total batch {batch}'
-    epochs = runner.max_iters * batch / max(images, 1)
+    epochs = runner.max_iters * step / max(images, 1)
     return f'total batch {batch}, {epochs:.1f} epochs of {images} images'

@@ -78,9 +78,16 @@ def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
     return cfg
 
 
-def wraps_in_ddp(model_wrapper_cfg: dict) -> bool:
-    """Whether the wrapper config builds a ``DistributedDataParallel``."""
+def wraps_in_ddp(model_wrapper_cfg: dict,
+                 kind: type = DistributedDataParallel) -> bool:
+    """Whether the wrapper config builds a ``kind`` (by default a
+    ``DistributedDataParallel``)."""
     wrapper = MODEL_WRAPPERS.get(
         model_wrapper_cfg.get('type', 'MMDistributedDataParallel'))
-    return isinstance(wrapper, type) and issubclass(wrapper,
-                                                    DistributedDataParallel)
+    return isinstance(wrapper, type) and issubclass(wrapper, kind)
+
+
+def shards_parameters(model_wrapper_cfg: dict) -> bool:
+    """Whether the wrapper config builds a ``FullyShardedDataParallel``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    return wraps_in_ddp(model_wrapper_cfg, FullyShardedDataParallel)

@@ -1,41 +1,58 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import copy
 import logging
+import os
 from typing import Dict, Optional, Union
 
+import torch
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.dist import is_distributed
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper, revert_sync_batchnorm
+from mmengine.optim import OptimWrapperDict
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
 
 from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
 from mocoplug.datasets.labelled_folder import fill_data_root
+from mocoplug.engine.hooks.runner_info import accumulative_counts
 from mocoplug.models.algorithms.base_momentum import BaseMomentumSelfSupervisor
 from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
                             leave_process_group_at_exit)
 from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
                               has_accelerator, join_cpu_process_group,
-                              wraps_in_ddp)
+                              shards_parameters, wraps_in_ddp)
 from .dataloader_options import (without_collate_scope,
                                  without_idle_persistent_workers)
+from .run_checks import check_data_roots, check_loop_trains
 
 ConfigType = Union[Dict, Config, ConfigDict]
 
 
 def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
-                             model: nn.Module) -> Optional[Dict]:
-    """The wrapper config, with ``broadcast_buffers=False`` (refusing True)
-    when it wraps a momentum model in a ``DistributedDataParallel``: rank
-    0's queue and BN statistics would replace every rank's own."""
-    if (model_wrapper_cfg is None
-            or not isinstance(model, BaseMomentumSelfSupervisor)
-            or not wraps_in_ddp(model_wrapper_cfg)):
+                             model: nn.Module,
+                             find_unused: bool = False) -> Optional[Dict]:
+    """The wrapper config of a momentum model: ``broadcast_buffers=False``
+    (refusing True: rank 0's queue and BN statistics would replace every
+    rank's own) and the config's top-level ``find_unused_parameters`` for a
+    ``DistributedDataParallel`` (mmengine reads it only without a wrapper
+    config); an FSDP wrapper is refused."""
+    if model_wrapper_cfg is None or not isinstance(model,
+                                                   BaseMomentumSelfSupervisor):
+        return model_wrapper_cfg
+    if shards_parameters(model_wrapper_cfg):
+        raise ValueError(
+            f'model_wrapper_cfg.type={model_wrapper_cfg.get("type")!r}: '
+            f'{type(model).__name__} updates its momentum encoder from the '
+            'online parameters one by one and gathers keys across ranks, '
+            'which a sharding or flattening wrapper (FSDP) breaks. Use '
+            "dict(type='MMDistributedDataParallel') or remove "
+            'model_wrapper_cfg.')
+    if not wraps_in_ddp(model_wrapper_cfg):
         return model_wrapper_cfg
     cfg = dict(model_wrapper_cfg)
     if cfg.get('broadcast_buffers', False):
@@ -44,6 +61,8 @@ def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
             "every rank's MoCo queue and momentum encoder BN statistics by "
             "rank 0's at each forward. Remove it (mocoplug sets False).")
     cfg['broadcast_buffers'] = False
+    if find_unused:
+        cfg.setdefault('find_unused_parameters', True)
     return cfg
 
 
@@ -67,6 +86,21 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
     optim_wrapper = copy.deepcopy(optim_wrapper)
     optim_wrapper['optimizer'].update(fused=False, foreach=True)
     return optim_wrapper
+
+
+def deterministic_cublas(randomness: Dict, cuda: bool) -> None:
+    """``randomness.deterministic=True`` on CUDA: set
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless set (torch refuses cuBLAS's
+    GEMMs under deterministic algorithms without it)."""
+    if not (cuda and randomness.get('deterministic')) or os.environ.get(
+            'CUBLAS_WORKSPACE_CONFIG'):
+        return
+    os.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'
+    print_log(
+        'randomness.deterministic=True on CUDA: CUBLAS_WORKSPACE_CONFIG='
+        ':4096:8 set, as deterministic cuBLAS needs (export it to choose '
+        ':16:8, less memory, slower)',
+        logger='current')
 
 
 def _then_leave(result):
@@ -93,6 +127,12 @@ class MoCoRunner(Runner):
         """mmengine's, applying ``pretrained`` and ``data_root`` to a copy
         of ``cfg``."""
         cfg = copy.deepcopy(cfg)
+        if cfg.get('strategy'):
+            raise ValueError(
+                f'strategy={cfg.strategy!r} is read by mmengine\'s '
+                'FlexibleRunner only, and MoCoRunner (runner_type) would '
+                'ignore it and train with DDP: remove strategy (DDP options '
+                'go in model_wrapper_cfg).')
         fill_pretrained(cfg)
         fill_data_root(cfg)
         return super().from_cfg(cfg)
@@ -100,6 +140,8 @@ class MoCoRunner(Runner):
     def setup_env(self, env_cfg: Dict) -> None:
         """mmengine's, joining a gloo group without an accelerator."""
         env_cfg = dict(env_cfg)
+        deterministic_cublas(
+            self.cfg.get('randomness') or {}, torch.cuda.is_available())
         env_cfg['dist_cfg'] = dist_cfg_for_this_machine(
             env_cfg.get('dist_cfg'))
         if self.distributed and not is_distributed() \
@@ -126,7 +168,8 @@ class MoCoRunner(Runner):
                 model_wrapper_cfg = cpu_model_wrapper_cfg(
                     model_wrapper_cfg, find_unused)
             model_wrapper_cfg = without_buffer_broadcast(
-                model_wrapper_cfg, model)
+                model_wrapper_cfg, model,
+                self.cfg.get('find_unused_parameters', False))
         wrapped = super().wrap_model(model_wrapper_cfg, model)
         model = get_ori_model(wrapped)
         params = next(model.parameters(), None)
@@ -141,6 +184,35 @@ class MoCoRunner(Runner):
         if not options or not isinstance(model, BaseMomentumSelfSupervisor):
             return super()._maybe_compile(target)
         model.compile_encoders(**({} if options is True else options))
+
+    def build_train_loop(self, loop):
+        """mmengine's, refusing a data root without images before and a
+        loop that cannot train after (:mod:`.run_checks`)."""
+        if isinstance(loop, dict):
+            check_data_roots(self._train_dataloader)
+        loop = super().build_train_loop(loop)
+        check_loop_trains(loop)
+        return loop
+
+    def scale_lr(self, optim_wrapper, auto_scale_lr=None) -> None:
+        """mmengine's, counting the images of an optimizer step: processes
+        x batch x ``accumulative_counts`` (mmengine: processes x batch)."""
+        if not (auto_scale_lr or {}).get('enable', False):
+            return
+        counts = accumulative_counts(optim_wrapper)
+        images = self.world_size * self.train_dataloader.batch_size * counts
+        ratio = images / auto_scale_lr['base_batch_size']
+        print_log(
+            f'auto_scale_lr: lr x {ratio:g}, for {images} images an '
+            f'optimizer step ({self.world_size} processes x batch '
+            f'{self.train_dataloader.batch_size} x {counts} accumulated) '
+            f'against base_batch_size {auto_scale_lr["base_batch_size"]}',
+            logger='current')
+        wrappers = optim_wrapper.values() if isinstance(
+            optim_wrapper, OptimWrapperDict) else [optim_wrapper]
+        for wrapper in wrappers:
+            for group in wrapper.optimizer.param_groups:
+                group['lr'] = group['lr'] * ratio
 
     def build_optim_wrapper(self, optim_wrapper):
         """mmengine's, via :func:`without_fused_sgd_under_loss_scaling`."""

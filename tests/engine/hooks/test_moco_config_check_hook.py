@@ -389,3 +389,20 @@ def test_states_where_the_encoders_start(logged, source):
         'MoCo: 100 training images, 1000 iterations, queue 16 (0.2 keys per '
         'image), total batch 64, 640.0 epochs of 100 images, lr 0.015, ' +
         ('from scratch.' if source is None else f'encoders from {source}.'))
+
+
+def test_moco_v3_with_accumulation_warns_of_its_in_batch_negatives(
+        monkeypatch):
+    logged = []
+    monkeypatch.setattr(check_hook, 'print_log',
+                        lambda msg, **kw: logged.append((msg, kw['level'])))
+    v3 = type('MoCoV3', (), dict(queue=None))()
+    assert not check_hook.warn_in_batch_negatives(v3, 1, 64)
+    assert not check_hook.warn_in_batch_negatives(
+        type('MoCo', (), dict(queue=None))(), 4, 64)
+    assert check_hook.warn_in_batch_negatives(v3, 4, 64)
+    (message, level), = logged
+    assert level == 30 and message.startswith(
+        'MoCoV3 with optim_wrapper.accumulative_counts=4: the in-batch '
+        'negatives of each query are the 64 keys of its micro-batch '
+        '(processes x batch), not the 256 images of an optimizer step')

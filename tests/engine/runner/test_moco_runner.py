@@ -27,8 +27,9 @@ from mocoplug.engine.runner.cpu_distributed import (cpu_model_wrapper_cfg,
                                                     dist_cfg_for_this_machine)
 from mocoplug.engine.runner.dataloader_options import (
     without_collate_scope, without_idle_persistent_workers)
-from mocoplug.engine.runner.moco_runner import \
-    without_fused_sgd_under_loss_scaling
+from mocoplug.engine.runner.moco_runner import (
+    deterministic_cublas, without_buffer_broadcast,
+    without_fused_sgd_under_loss_scaling)
 from mocoplug.utils import leave_process_group, process_group
 from ...conftest import unique_experiment_name
 from ...gloo import free_port, join_gloo_group, run_two_ranks
@@ -368,3 +369,74 @@ def test_fused_sgd_becomes_foreach_under_loss_scaling():
     first_step = torch.linspace(-1, 1, 6).add(torch.arange(6.), alpha=-0.1)
     assert torch.equal(two_steps(**kwargs), first_step)
     assert torch.equal(two_steps(foreach=False), first_step)
+
+
+def test_wrappers_and_strategies_a_momentum_model_cannot_train_under():
+    """FSDP shards and flattens the parameters the momentum update pairs
+    (third-party errors before); ``strategy`` is read by FlexibleRunner
+    only (silently plain DDP before); a user's DDP config keeps the
+    config's top-level find_unused_parameters (MoCo v3 ViT: DDP failed at
+    step 2 on 2 ranks without it)."""
+    moco = build_moco('v2', 'split')
+    with pytest.raises(ValueError, match='MMFullyShardedDataParallel.*FSDP'):
+        without_buffer_broadcast(dict(type='MMFullyShardedDataParallel'), moco)
+    kept = without_buffer_broadcast(
+        dict(type='MMDistributedDataParallel'), moco, find_unused=True)
+    assert kept == dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=True)
+    users = dict(
+        type='MMDistributedDataParallel', find_unused_parameters=False)
+    assert without_buffer_broadcast(
+        users, moco, find_unused=True
+    )['find_unused_parameters'] is False  # theirs, when they set it
+    cfg = Config.fromfile(DIGITS)
+    cfg.strategy = dict(type='FSDPStrategy')
+    with pytest.raises(
+            ValueError,
+            match="strategy=.*FSDPStrategy.*is read "
+            "by mmengine's FlexibleRunner only"):
+        MoCoRunner.from_cfg(cfg)
+
+
+def test_flexible_runner_is_refused_for_a_momentum_model(
+        tmp_path, tiny_moco_runner_cfg):
+    from mmengine.runner import FlexibleRunner
+    cfg = tiny_moco_runner_cfg(tmp_path)
+    cfg.default_hooks.moco_config_check = dict(type='MoCoConfigCheckHook')
+    runner = FlexibleRunner.from_cfg(cfg)
+    with pytest.raises(ValueError, match="runner_type='FlexibleRunner'"):
+        runner.train()
+    assert runner.iter == 0
+
+
+def test_deterministic_cuda_runs_get_a_cublas_workspace(monkeypatch):
+    """torch refuses cuBLAS GEMMs under deterministic algorithms without
+    CUBLAS_WORKSPACE_CONFIG (our resume warning recommends deterministic)."""
+    monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
+    deterministic_cublas(dict(deterministic=True), cuda=False)
+    deterministic_cublas(dict(deterministic=False), cuda=True)
+    assert 'CUBLAS_WORKSPACE_CONFIG' not in os.environ
+    deterministic_cublas(dict(deterministic=True), cuda=True)
+    assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
+    monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':16:8')
+    deterministic_cublas(dict(deterministic=True), cuda=True)
+    assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':16:8'  # the user's
+
+
+def test_auto_scale_lr_counts_the_images_of_an_optimizer_step(
+        tmp_path, tiny_moco_runner_cfg):
+    """README: lr 0.03 per 256 images of total batch; with accumulation an
+    optimizer step sees processes x batch x accumulative_counts images."""
+    from mocoplug.engine.hooks.runner_info import schedule_facts
+    cfg = tiny_moco_runner_cfg(
+        tmp_path, max_iters=2, auto_scale_lr=dict(base_batch_size=256))
+    cfg.auto_scale_lr.enable = True
+    cfg.optim_wrapper.accumulative_counts = 2
+    runner = RUNNERS.build(dict(cfg, runner_type='mocoplug.MoCoRunner'))
+    runner.train()
+    lr, = {g['lr'] for g in runner.optim_wrapper.optimizer.param_groups}
+    assert lr == 0.03 * (8 * 2 / 256)  # batch 8, 1 process, 2 accumulated
+    assert schedule_facts(runner).startswith(
+        'total batch 16 (8 a step x 2 accumulated), 0.5 epochs of 32 images')
