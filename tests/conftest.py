@@ -318,24 +318,23 @@ def tiny_moco_runner_cfg():
     return make
 
 
+def _load_tool_module(name):
+    """Import tools/``name``.py as a module (tools/ is not a package), e.g.
+    ``'train'`` or ``'analysis_tools/plot_curves'``."""
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, 'tools', f'{name}.py')
+    module_name = 'tools_' + name.replace('/', '_')
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def load_tool():
-    """Import a script of tools/ as a module (tools/ is not a package)."""
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def load(name):
-        """``name``: the script's path under tools/ without ``.py``, e.g.
-        ``'train'`` or ``'analysis_tools/plot_curves'``."""
-        path = os.path.join(root, 'tools', f'{name}.py')
-        module_name = 'tools_' + name.replace('/', '_')
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+    """:func:`_load_tool_module`."""
+    return _load_tool_module
 
 
 @pytest.fixture(scope='session')

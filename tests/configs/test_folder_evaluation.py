@@ -368,3 +368,44 @@ def test_runner_from_cfg_says_to_build_the_config_runner(
     with pytest.raises(ValueError, match=r'call `RUNNERS\.build\(cfg\)`'):
         runner.train()
     assert not list((tmp_path / 'work').glob('*.pth'))
+
+
+def _train_linear_rank(rank: int, port: int, argv: list) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from ..conftest import _load_tool_module
+    os.environ.update(
+        MASTER_ADDR='127.0.0.1',
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE='2')
+    _load_tool_module('train').main(argv)
+    dist.destroy_process_group()
+
+
+def test_linear_config_keeps_the_best_checkpoint_on_two_ranks(
+        tmp_path, split_folder, moco_checkpoint):
+    """save_best='auto' (the usual linear-evaluation setting): its save runs
+    on rank 0 alone, after every validation; a collective in a hook there
+    waited for rank 1 forever."""
+    from ..gloo import free_port, run_two_ranks
+    cfg = linear_cfg(tmp_path)
+    cfg.default_hooks.checkpoint.save_best = 'auto'
+    cfg.env_cfg = dict(dist_cfg=dict(backend='gloo', timeout=60))
+    cfg.train_cfg.max_epochs = 2
+    cfg.experiment_name = unique_experiment_name(tmp_path)
+    for field in ('train_dataloader', 'val_dataloader'):
+        cfg[field].batch_size = 3
+    path = tmp_path / 'linear_best.py'
+    cfg.dump(str(path))
+    argv = [
+        str(path), '--launcher', 'pytorch', '--cfg-options',
+        f'pretrained={moco_checkpoint[0]}', f'data_root={split_folder}'
+    ]
+    run_two_ranks(_train_linear_rank, free_port(), argv)
+    saved = sorted(p.name for p in (tmp_path / 'work').glob('*.pth'))
+    assert len(saved) == 2 and saved[1] == 'epoch_2.pth', saved
+    assert saved[0].startswith('best_accuracy_top1_epoch_'), saved

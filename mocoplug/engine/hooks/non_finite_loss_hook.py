@@ -68,7 +68,8 @@ class NonFiniteLossHook(Hook):
                 f'iteration {runner.iter} (end of epoch {runner.epoch + 1})')
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        # saves no CheckpointHook announced (save_best...), unless checked
+        # saves no CheckpointHook announced (save_best...), unless checked;
+        # Runner.save_checkpoint runs on rank 0 alone: no collective here
         verified, self._verified_iter = self._verified_iter, None
         if self.check_weights_before_save and verified != runner.iter:
             self._check_weights(runner, f'iteration {runner.iter}',
@@ -125,8 +126,11 @@ class NonFiniteLossHook(Hook):
             where: str,
             state: Optional[Dict[str, torch.Tensor]] = None) -> None:
         """Raise if a floating-point tensor of ``state`` (by default the
-        model's) is not finite (one host sync for all tensors); a check
-        before a CheckpointHook's save is not repeated at the save."""
+        model's, decided over all ranks; a given ``state``, the one rank 0
+        saves, on this rank alone) is not finite (one host sync for all
+        tensors); a check before a CheckpointHook's save is not repeated at
+        the save."""
+        agree = state is None
         if state is None:
             state = get_ori_model(runner.model).state_dict()
             self._verified_iter = runner.iter
@@ -141,7 +145,7 @@ class NonFiniteLossHook(Hook):
             torch.isfinite(state[n]).all().to(device) for n in names
         ]).tolist()
         bad = [n for n, good in zip(names, ok) if not good]
-        if mean_over_ranks([bool(bad)])[0]:
+        if (mean_over_ranks([bool(bad)])[0] if agree else bad):
             shown = ', '.join(bad[:5]) + (f' and {len(bad) - 5} more' if len(
                 bad) > 5 else '') or 'on another rank'
             loss = '' if self.last_finite_loss is None else \
