@@ -100,9 +100,10 @@ class MomentumUpdateHook(Hook):
             raise RuntimeError('MomentumUpdateHook.update() before attach()')
         if momentum < 1.0:
             torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
-            # CUDA's foreach kernels do not bump the counters the model's
-            # missing-hook check reads
-            torch.autograd.graph.increment_version(self._target)
+        # the counters the model's missing-hook check reads: CUDA's foreach
+        # kernels do not bump them, and m = 1 (a frozen key encoder, an
+        # ablation) writes nothing but is an update all the same
+        torch.autograd.graph.increment_version(self._target)
         self.num_updates += 1
 
     def after_train_iter(self,

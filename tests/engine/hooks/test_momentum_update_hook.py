@@ -209,3 +209,40 @@ def test_training_without_the_hook_fails_at_the_second_iteration(
     with pytest.raises(RuntimeError, match="type='MomentumUpdateHook'"):
         runner.train()
     assert runner.iter == 1  # the first iteration ran, the second failed
+
+
+@HOOKS.register_module(force=True)
+class RecordStartHook(Hook):
+    """The model's tensors once initialised, before the first step."""
+
+    def before_train(self, runner):
+        self.start = {
+            k: v.clone()
+            for k, v in runner.model.state_dict().items()
+        }
+
+
+def test_a_frozen_key_encoder_trains(tmp_path, tiny_moco_runner_cfg):
+    """m = 1 (the key encoder frozen at its initial weights, an ablation):
+    the constructor accepts it, the run trains, the key encoder never
+    moves while the query encoder does."""
+    cfg = tiny_moco_runner_cfg(
+        tmp_path,
+        max_iters=3,
+        hooks=[
+            dict(type='MomentumUpdateHook', momentum=1.0),
+            dict(type='RecordStartHook')
+        ])
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.iter == 3
+    start = next(
+        h for h in runner.hooks if type(h).__name__ == 'RecordStartHook').start
+    end = runner.model.state_dict()
+    frozen = [k for k, p in runner.model.momentum_encoder.named_parameters()]
+    assert frozen
+    for key in frozen:
+        key = f'momentum_encoder.{key}'
+        assert torch.equal(end[key], start[key]), key
+    assert not torch.equal(end['backbone.conv1.weight'],
+                           start['backbone.conv1.weight'])
