@@ -98,8 +98,36 @@ def check_resume_fits(
         'Cannot resume: the checkpoint\'s model state does not fit this '
         'model:\n' + format_mismatch(mismatch) +
         '\nResume with the config the checkpoint was written with (a copy '
-        'is the text of the checkpoint\'s meta["cfg"]). For a deliberate '
-        'partial start from these weights, use load_from=CHECKPOINT '
-        'without resume (or --cfg-options load_from=CHECKPOINT instead of '
-        '--resume): it loads the tensors that fit, lists the others and '
-        'starts a new run at iteration 0.')
+        'is the text of the checkpoint\'s meta["cfg"]). For a new run from '
+        'these weights: a MoCo model takes model.encoders_from=CHECKPOINT '
+        '(both encoders, the queue refilled); another model '
+        'load_from=CHECKPOINT without resume (it loads the tensors that '
+        'fit, lists the others and starts at iteration 0).')
+
+
+def check_load_from_fits(model: nn.Module, checkpoint: Mapping[str, Any],
+                         path: str) -> None:
+    """``load_from`` into a momentum model (one with ``momentum_pairs``):
+    raise :class:`ResumeMismatchError` when a tensor of the model would not
+    load (missing, another shape): the key encoder or the queue would keep
+    their random init while the query encoder loads."""
+    model = get_ori_model(model)
+    if not hasattr(model, 'momentum_pairs'):
+        return
+    state_dict = {
+        re.sub(r'^module\.', '', k): v
+        for k, v in dict(checkpoint.get('state_dict', checkpoint)).items()
+    }
+    mismatch = compare_state_dict(model, state_dict)
+    mismatch.unexpected = []  # harmless to the encoders' agreement
+    if not mismatch:
+        return
+    raise ResumeMismatchError(
+        f'load_from={path!r} does not fit this {type(model).__name__}:\n' +
+        format_mismatch(mismatch) +
+        '\nThe query encoder would load while the momentum (key) encoder '
+        'or the queue keep their random init. To start from released MoCo '
+        'weights (mmpretrain, mmselfsup, official, torchvision) use '
+        'model.encoders_from=PATH instead: it starts both encoders and '
+        'refills the queue; load_from takes a checkpoint of this very '
+        'model.')

@@ -14,9 +14,9 @@ from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop, Runner
 from mocoplug.datasets import dataset_transforms
 from mocoplug.datasets.transforms import ReseedWorkerPerEpoch
 from mocoplug.registry import HOOKS
-from mocoplug.utils.resume_fit import check_resume_fits
+from mocoplug.utils.resume_fit import check_load_from_fits, check_resume_fits
 from ..random_state import get_random_state, set_random_state
-from .runner_info import checkpoint_due
+from .runner_info import accumulative_counts, checkpoint_due
 
 STATE_KEY = 'resume_state'
 STATE_VERSION = 2
@@ -98,6 +98,33 @@ def rounding_differences(saved: Optional[dict], new: dict) -> List[str]:
                    'randomness.deterministic=True, cudnn_benchmark=False in '
                    'env_cfg)')
     return why
+
+
+def lost_training_state(runner: Runner, checkpoint: dict) -> List[str]:
+    """What of the training state besides the random streams the checkpoint
+    cannot restore: optimizer state, scheduler state, the gradients of an
+    unfinished accumulation window (each with its fix)."""
+    lost = []
+    save = 'default_hooks.checkpoint.save_{}=True (a best_*.pth has neither)'
+    if 'optimizer' not in checkpoint:
+        lost.append('the checkpoint holds no optimizer state: the optimizer '
+                    "(SGD's momentum buffers) restarts from zero (resume from "
+                    f'one saved with {save.format("optimizer")})')
+    if runner.param_schedulers and 'param_schedulers' not in checkpoint:
+        lost.append('the checkpoint holds no scheduler state: the lr '
+                    'schedule restarts from its first step (resume from one '
+                    f'saved with {save.format("param_scheduler")})')
+    counts = accumulative_counts(runner.optim_wrapper)
+    done = int(checkpoint.get('meta', {}).get('iter', 0))
+    if done % counts:
+        lost.append(
+            f'iteration {done} is inside an accumulation window of '
+            f'optim_wrapper.accumulative_counts={counts}: the gradients of '
+            f'iterations {done - done % counts + 1}-{done} are not in the '
+            f'checkpoint (save every multiple of {counts} iterations: the '
+            'checkpoint interval, or iterations an epoch, a multiple of '
+            f'{counts})')
+    return lost
 
 
 def _warn(message: str) -> None:
@@ -242,8 +269,9 @@ class ExactResumeHook(Hook):
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
         # before the model is loaded, after hooks that edit it (EMAHook)
-        if not getattr(runner, '_resume', False):
-            return  # load_from (fine-tuning, evaluation): nothing to resume
+        if not getattr(runner, '_resume', False):  # load_from: no resume
+            return check_load_from_fits(runner.model, checkpoint,
+                                        runner._load_from)
         check_resume_fits(runner.model, checkpoint)  # DDP unwrapped there
         problems = self._resume_problems(runner, checkpoint)
         if problems:
@@ -255,6 +283,11 @@ class ExactResumeHook(Hook):
         done = (f'resuming at epoch {state["epoch"]}, iteration '
                 f'{state["iter"]} with the random streams, data order and '
                 'process and worker counts of the checkpoint')
+        lost = lost_training_state(runner, checkpoint)
+        if lost:
+            return _warn(f'{done}, but the training state differs from an '
+                         "uninterrupted run's: " + '; '.join(lost + rounding) +
+                         f'; {NOT_EXACT}.')
         if rounding:  # the same batches and augmentations, other rounding
             return _warn(f'{done}: the data order and augmentations are an '
                          'uninterrupted run\'s, but the floating-point '

@@ -143,7 +143,7 @@ def tensors(path):
     """Every tensor of a checkpoint's model and optimizer state."""
     ckpt = torch.load(path, map_location='cpu', weights_only=False)
     out = {f'model/{k}': v for k, v in ckpt['state_dict'].items()}
-    for pid, state in ckpt['optimizer']['state'].items():
+    for pid, state in ckpt.get('optimizer', {'state': {}})['state'].items():
         for name, value in state.items():
             if torch.is_tensor(value):
                 out[f'optimizer/{pid}/{name}'] = value

@@ -1,14 +1,15 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """A resume whose checkpoint does not fit the model stops before training
-(ExactResumeHook + mocoplug.utils.resume_fit); load_from only warns. On
+(ExactResumeHook + mocoplug.utils.resume_fit); so does a load_from into a
+MoCo model that would leave its key encoder or queue unloaded. On
 the digits config, one iteration per epoch."""
 import os
 import subprocess
 import sys
 
-import mmengine.runner.checkpoint
 import mmpretrain
 import pytest
+import torch
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
@@ -24,9 +25,8 @@ CONFIG = os.path.join(
     ROOT, 'configs',
     'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 NEW_RUN = ('Resume with the config the checkpoint was written with (a copy '
-           'is the text of the checkpoint\'s meta["cfg"]). For a deliberate '
-           'partial start from these weights, use load_from=CHECKPOINT '
-           'without resume')
+           'is the text of the checkpoint\'s meta["cfg"]). For a new run from '
+           'these weights: a MoCo model takes model.encoders_from=CHECKPOINT')
 
 CALLS = []
 
@@ -122,24 +122,42 @@ def test_another_neck_width_stops_before_training(saved, tmp_path):
     assert checkpoints(tmp_path) == []
 
 
-def test_load_from_with_another_queue_size_only_warns(saved, tmp_path,
-                                                      monkeypatch):
-    logged = []
-    real = mmengine.runner.checkpoint.print_log
+def test_load_from_with_another_queue_size_is_refused(saved, tmp_path):
+    """The queue would keep its random init beside loaded encoders (once
+    mmengine's size-mismatch warning)."""
+    with pytest.raises(ResumeMismatchError) as error:
+        resume(saved, tmp_path, load_only=True, **{'queue.size': 1024})
+    assert str(error.value).startswith(
+        f'load_from={saved!r} does not fit this MoCo:\n'
+        '  another shape (checkpoint vs model) (1):\n'
+        '    queue.keys: [4096, 64] vs [1024, 64]\n')
+    assert 'use model.encoders_from=PATH instead' in str(error.value)
+    assert CALLS == []
+    assert checkpoints(tmp_path) == []
 
-    def record(msg, logger=None, level=20):
-        if level >= 30:
-            logged.append(msg)
-        return real(msg, logger=logger, level=level)
 
-    monkeypatch.setattr(mmengine.runner.checkpoint, 'print_log', record)
-    resume(saved, tmp_path, load_only=True, **{'queue.size': 1024})
-    assert CALLS == ['before_train', 'iter 0']  # a new run, trained
-    assert checkpoints(tmp_path) == ['epoch_1.pth']
-    assert len(logged) == 1
-    assert 'size mismatch for queue.keys: copying a param with shape ' \
-           'torch.Size([4096, 64]) from checkpoint, the shape in current ' \
-           'model is torch.Size([1024, 64])' in logged[0]
+def test_load_from_an_mmpretrain_moco_checkpoint_is_refused(saved, tmp_path):
+    """mmpretrain's and mmselfsup's layout (momentum_encoder.module.0.*, a
+    dim x K queue): the query encoder loaded, the key encoder and the queue
+    stayed random, only mmengine's missing-keys list said so."""
+    state = torch.load(saved, weights_only=False)['state_dict']
+    theirs = {}
+    for key, value in state.items():
+        if key.startswith('momentum_encoder.'):
+            key = key.replace('momentum_encoder.backbone.',
+                              'momentum_encoder.module.0.').replace(
+                                  'momentum_encoder.neck.',
+                                  'momentum_encoder.module.1.')
+        theirs[key] = value.t() if key == 'queue.keys' else value
+    path = str(tmp_path / 'mmpretrain_moco.pth')
+    torch.save(dict(state_dict=theirs), path)
+    with pytest.raises(ResumeMismatchError) as error:
+        resume(path, tmp_path / 'run', load_only=True)
+    assert 'missing from the checkpoint' in str(error.value)
+    assert '    momentum_encoder.backbone.' in str(error.value)
+    assert '    queue.keys: [64, 4096] vs [4096, 64]' in str(error.value)
+    assert 'model.encoders_from=PATH' in str(error.value)
+    assert CALLS == []
 
 
 def test_mmpretrains_own_train_tool_stops_too(saved, tmp_path):
