@@ -147,10 +147,15 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
             f'(CropBoxMultiView), got {type(inputs).__name__}')
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        """Augment and normalise the views in training; otherwise as
-        ``SelfSupDataPreprocessor``."""
+        """Augment and normalise the views in training, in float32 whatever
+        the autocast (mmengine runs this inside the optimizer wrapper's);
+        otherwise as ``SelfSupDataPreprocessor``."""
         if not training:
             return super().forward(data, training)
+        with torch.autocast(torch.device(self.device).type, enabled=False):
+            return self._augment(data)
+
+    def _augment(self, data: dict) -> dict:
         views = self._views(data['inputs'])
         if len(views) != len(self.view_augments):
             raise ValueError(

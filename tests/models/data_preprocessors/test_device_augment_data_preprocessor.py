@@ -349,17 +349,10 @@ def test_photometric_half_has_the_per_image_distribution():
             assert p_value > ALPHA
 
 
-@pytest.mark.parametrize('padded', [None, 1], ids=['one-batch', 'by-size'])
-def test_decoding_on_the_device_path_crops_as_the_workers(
-        tmp_path, monkeypatch, padded):
-    """Files read by the workers (LoadImageBytes, CropBoxMultiView,
-    PackEncodedViews), decoded, cropped, resized and flipped by the
-    preprocessor on the CPU, JPEGs and PNGs mixed, resized in one padded
-    batch or one image at a time (in order of size): each view is the
-    per-image pipeline's crop of the same box (OpenCV decoding, mmcv's
-    pillow resize), within 2 grey levels (the decoders agree exactly, the
-    resize bound is argued in tests/datasets/
-    test_device_augment_transforms.py), flipped when drawn."""
+def encoded_photos(tmp_path):
+    """Six photographs as files (JPEG and PNG) read by the workers'
+    LoadImageBytes, CropBoxMultiView and PackEncodedViews, collated; the
+    images as OpenCV decodes them; the view pipeline."""
     import mmcv
     from mmengine.dataset import default_collate
     crop = dict(
@@ -386,7 +379,22 @@ def test_decoding_on_the_device_path_crops_as_the_workers(
         for step in steps:
             results = step(results)
         samples.append(results)
-    data = default_collate(samples)
+    return default_collate(samples), images, views
+
+
+@pytest.mark.parametrize('padded', [None, 1], ids=['one-batch', 'by-size'])
+def test_decoding_on_the_device_path_crops_as_the_workers(
+        tmp_path, monkeypatch, padded):
+    """Files read by the workers (LoadImageBytes, CropBoxMultiView,
+    PackEncodedViews), decoded, cropped, resized and flipped by the
+    preprocessor on the CPU, JPEGs and PNGs mixed, resized in one padded
+    batch or one image at a time (in order of size): each view is the
+    per-image pipeline's crop of the same box (OpenCV decoding, mmcv's
+    pillow resize), within 2 grey levels (the decoders agree exactly, the
+    resize bound is argued in tests/datasets/
+    test_device_augment_transforms.py), flipped when drawn."""
+    import mmcv
+    data, images, views = encoded_photos(tmp_path)
     if padded is not None:
         monkeypatch.setattr(DECODE, 'PADDED_ELEMENTS', padded)
     device = build(transforms=[views], to_rgb=False, mean=None, std=None)
@@ -422,3 +430,21 @@ def test_training_forward_never_waits_for_the_device(monkeypatch):
         monkeypatch.setattr(torch, name, forbidden)
     out = run(preprocessor, views)
     assert [o.shape for o in out] == [(4, 3, 40, 40)] * 2
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_augments_in_float32_under_the_optimizers_autocast(
+        tmp_path, device, dtype):
+    """mmengine runs the data preprocessor inside the optimizer wrapper's
+    autocast (AMP): the decode's resize products ran in half precision (a
+    resized crop off by up to 2 grey levels in 25% of the pixels); in
+    float32, whatever the autocast, the views are those of a run without
+    AMP, bit for bit."""
+    if device == 'cpu' and dtype == torch.float16:
+        pytest.skip('float16 autocast: CUDA (bfloat16 on the CPU)')
+    data, _, views = encoded_photos(tmp_path)
+    plain = build(seed=3, transforms=[views]).to(device)(data, True)
+    with torch.autocast(torch.device(device).type, dtype=dtype):
+        mixed = build(seed=3, transforms=[views]).to(device)(data, True)
+    for a, b in zip(plain['inputs'], mixed['inputs']):
+        assert b.dtype == torch.float32 and torch.equal(a, b)
