@@ -111,3 +111,36 @@ def test_users_own_config_trains_and_tests_with_mmdets_tools(
     conv1 = trained['state_dict']['backbone.conv1.weight']
     assert conv1.shape == moco['conv1.weight'].shape
     assert (conv1 - moco['conv1.weight']).abs().max() < 0.05
+
+
+def test_the_docs_own_config_trains_the_whole_backbone_with_sync_bn(tmp_path):
+    """docs/user_guides/detection_transfer.md's "your own config" snippet,
+    as written there: every backbone parameter trains and every BN layer
+    is a SyncBN in training mode (MoCo's protocol; mmdet's base has
+    frozen_stages=1: the stem and res2 frozen, their BN in eval)."""
+    import re
+
+    import torch.nn as nn
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+    page = osp.join(
+        osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'docs',
+        'user_guides', 'detection_transfer.md')
+    with open(page) as f:
+        snippet, = re.findall(
+            r'```python\n(# my_faster-rcnn_r50_fpn_moco_mydata.py\n.*?)```',
+            f.read(), re.S)
+    path = tmp_path / 'my_faster-rcnn_r50_fpn_moco_mydata.py'
+    path.write_text(snippet)
+    register_all_modules(init_default_scope=False)
+    backbone = MODELS.build(Config.fromfile(str(path)).model.backbone)
+    backbone.train()
+    params = dict(backbone.named_parameters())
+    assert params and all(p.requires_grad for p in params.values())
+    norms = [
+        m for m in backbone.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    ]
+    assert norms and all(
+        isinstance(m, nn.SyncBatchNorm) and m.training for m in norms)
