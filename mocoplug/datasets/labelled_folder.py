@@ -17,9 +17,14 @@ def labelled_folder_classes(folder: str) -> List[str]:
         raise FileNotFoundError(
             f'Labelled folder {folder!r} does not exist. Expected '
             'FOLDER/class_a/xxx.png, FOLDER/class_b/yyy.png, ...')
-    classes = sorted(
-        entry.name for entry in os.scandir(folder)
-        if entry.is_dir() and not entry.name.startswith('.'))
+    folders = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+    hidden = [name for name in folders if name.startswith('.')]
+    if hidden:  # mmpretrain's CustomDataset takes them as classes
+        raise ValueError(
+            f'Labelled folder {folder!r} holds hidden folders {hidden}, which '
+            "mmpretrain's CustomDataset reads as classes (shifting the label "
+            'of every class after them): remove them or move them out.')
+    classes = folders
     if not classes:
         loose = [
             f for f in os.listdir(folder) if f.lower().endswith(IMG_EXTENSIONS)
@@ -36,9 +41,10 @@ def labelled_folder_classes(folder: str) -> List[str]:
     return classes
 
 
-def has_image(folder: str) -> bool:
-    """Whether ``folder`` (links followed) holds an image file."""
-    return any(f.lower().endswith(IMG_EXTENSIONS)
+def has_image(folder: str, extensions=IMG_EXTENSIONS) -> bool:
+    """Whether ``folder`` (links followed) holds a file of ``extensions``."""
+    extensions = tuple(e.lower() for e in extensions)
+    return any(f.lower().endswith(extensions)
                for _, _, files in os.walk(folder, followlinks=True)
                for f in files)
 

@@ -37,11 +37,7 @@ def compare_state_dict(model: nn.Module,
     (as mmengine, ``num_batches_tracked`` may be missing; lazy, non-tensor
     and ``variable_size_state`` entries are not compared)."""
     expected = model.state_dict()
-    variable_size = {
-        f'{prefix}.{key}' if prefix else key
-        for prefix, module in model.named_modules()
-        for key in getattr(module, 'variable_size_state', ())
-    }
+    variable_size = variable_size_state(model)
     result = StateDictMismatch()
     for name, value in expected.items():
         if name not in state_dict:
@@ -58,6 +54,15 @@ def compare_state_dict(model: nn.Module,
                 (name, tuple(loaded.shape), tuple(value.shape)))
     result.unexpected = [k for k in state_dict if k not in expected]
     return result
+
+
+def variable_size_state(model: nn.Module) -> set:
+    """Names of the entries whose size is the device's (a generator's)."""
+    return {
+        f'{prefix}.{key}' if prefix else key
+        for prefix, module in model.named_modules()
+        for key in getattr(module, 'variable_size_state', ())
+    }
 
 
 def format_mismatch(mismatch: StateDictMismatch) -> str:
@@ -120,6 +125,8 @@ def check_load_from_fits(model: nn.Module, checkpoint: Mapping[str, Any],
     }
     mismatch = compare_state_dict(model, state_dict)
     mismatch.unexpected = []  # harmless to the encoders' agreement
+    variable_size = variable_size_state(model)  # a generator: seeded anew
+    mismatch.missing = [k for k in mismatch.missing if k not in variable_size]
     if not mismatch:
         return
     raise ResumeMismatchError(

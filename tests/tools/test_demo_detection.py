@@ -84,8 +84,8 @@ def test_demo_pipeline_end_to_end(demo, tmp_path):
         '--work-dir',
         str(tmp_path), '--seeds', *map(str, seeds), '--budgets',
         *map(str, budgets), '--iters', '2', '--pretrain-epochs', '1',
-        '--supervised-epochs', '1', '--unlabelled', '16', '--scenes', '4'
-    ])
+        '--supervised-epochs', '1', '--unlabelled', '64', '--scenes', '4'
+    ])  # 64 unlabelled scenes: one batch (16 'trained' 0 iterations)
     voc = 'Faster R-CNN C4 (VOC), {} labelled, AP50'
     coco = 'Mask R-CNN C4 (COCO), 8 labelled, {}_mAP'
     expected = {

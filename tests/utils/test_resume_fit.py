@@ -102,7 +102,8 @@ def test_every_kind_of_mismatch_agrees_with_torch_and_is_listed():
                               'does not fit this model')
     assert f':\n{listing}\nResume with the config the checkpoint was ' \
            'written with' in message
-    assert 'use load_from=CHECKPOINT without resume' in message
+    assert 'load_from=CHECKPOINT without resume' in message
+    assert 'model.encoders_from=CHECKPOINT' in message
 
 
 def test_long_lists_are_cut_with_a_count():

@@ -107,9 +107,10 @@ def lost_training_state(runner: Runner, checkpoint: dict) -> List[str]:
     lost = []
     save = 'default_hooks.checkpoint.save_{}=True (a best_*.pth has neither)'
     if 'optimizer' not in checkpoint:
-        lost.append('the checkpoint holds no optimizer state: the optimizer '
-                    "(SGD's momentum buffers) restarts from zero (resume from "
-                    f'one saved with {save.format("optimizer")})')
+        lost.append(
+            'the checkpoint holds no optimizer state: the optimizer '
+            "(SGD's momentum, LARS's or AdamW's moments) restarts from "
+            f'zero (resume from one saved with {save.format("optimizer")})')
     if runner.param_schedulers and 'param_schedulers' not in checkpoint:
         lost.append('the checkpoint holds no scheduler state: the lr '
                     'schedule restarts from its first step (resume from one '

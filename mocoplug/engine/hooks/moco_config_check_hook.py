@@ -19,7 +19,8 @@ from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
 from .momentum_update_hook import MomentumUpdateHook
-from .runner_info import accumulative_counts, current_lrs, schedule_facts
+from .runner_info import (accumulative_counts, current_lrs, loader_batch_size,
+                          schedule_facts)
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
 
@@ -295,7 +296,7 @@ class MoCoConfigCheckHook(Hook):
         warn_without_sync_bn(model, world_size)
         warn_in_batch_negatives(model,
                                 accumulative_counts(runner.optim_wrapper),
-                                (loader.batch_size or 1) * world_size)
+                                loader_batch_size(loader) * world_size)
         try:
             num_images = len(unwrap_dataset(loader.dataset))
         except TypeError:  # an iterable dataset without a length

@@ -1,6 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import itertools
 import math
+from typing import Iterator
 
 import torch
 from mmengine.dataset import InfiniteSampler
@@ -13,21 +14,42 @@ from torch.utils.data import DataLoader
 
 from mocoplug.models.algorithms.moco import sample_indices
 from mocoplug.registry import HOOKS
+from .runner_info import loader_batch_size
 
 
-def refill_loader(loader: DataLoader, seed: int) -> DataLoader:
-    """A loader of ``loader``'s dataset, batch size, collate function and
-    workers (not persistent) over its own ``InfiniteSampler``: the train
-    loop's loader, sampler and iterator are left untouched, so the run's
-    data order does not depend on the refill."""
-    return DataLoader(
-        loader.dataset,
-        batch_size=loader.batch_size or 1,
-        sampler=InfiniteSampler(loader.dataset, shuffle=True, seed=seed),
-        num_workers=loader.num_workers,
-        collate_fn=loader.collate_fn,
-        worker_init_fn=loader.worker_init_fn,
-        drop_last=True)
+def refill_batches(loader: DataLoader, seed: int) -> Iterator:
+    """Batches of ``loader``'s dataset, batch size, collate function and
+    workers (not persistent) from their own ``InfiniteSampler`` (seeded
+    apart from the run's first epoch): the train loop's loader, sampler
+    and iterator are left untouched, so the run's data order does not
+    depend on the refill. A dataset without a length: passes over
+    ``loader`` itself, an empty one refused."""
+    try:
+        size = len(loader.dataset)
+    except TypeError:
+        return _passes(loader)
+    if size == 0:  # an infinite sampler would spin
+        raise ValueError('QueueRefillHook: the training dataset is empty')
+    return iter(
+        DataLoader(
+            loader.dataset,
+            batch_size=loader_batch_size(loader),
+            sampler=InfiniteSampler(
+                loader.dataset, shuffle=True, seed=seed + 1_000_003),
+            num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn,
+            worker_init_fn=loader.worker_init_fn,
+            drop_last=True))
+
+
+def _passes(loader: DataLoader) -> Iterator:
+    while True:
+        empty = True
+        for data in loader:
+            empty = False
+            yield data
+        if empty:
+            raise ValueError('QueueRefillHook: the train loader is empty')
 
 
 @HOOKS.register_module()
@@ -37,7 +59,7 @@ class QueueRefillHook(Hook):
     run whose encoders start from released weights (``model.encoders_from``);
     not from scratch, not when a checkpoint was resumed, nor without a
     queue. After ``ExactResumeHook`` (priority 89) has set up the workers'
-    seeding; the batches come from :func:`refill_loader` (K may exceed the
+    seeding; the batches come from :func:`refill_batches` (K may exceed the
     data: it repeats), never from the train loop's loader."""
 
     priority = 'VERY_LOW'
@@ -49,11 +71,9 @@ class QueueRefillHook(Hook):
                 model, 'queue', None) is None or runner.iter > 0:
             return
         loader = runner.train_dataloader
-        if len(loader.dataset) == 0:  # an infinite sampler would spin
-            raise ValueError('QueueRefillHook: the training dataset is empty')
-        batch = (loader.batch_size or 1) * get_world_size()
+        batch = loader_batch_size(loader) * get_world_size()
         batches = math.ceil(model.queue.size / batch)
-        iterator = iter(refill_loader(loader, int(runner.seed)))
+        iterator = refill_batches(loader, int(runner.seed))
         try:
             for data in itertools.islice(iterator, batches):
                 data = model.data_preprocessor(data, True)

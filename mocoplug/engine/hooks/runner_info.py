@@ -47,6 +47,12 @@ def current_lrs(runner: Runner) -> Optional[str]:
                      for name, groups in lrs.items()) or None
 
 
+def loader_batch_size(loader) -> int:
+    """Images a batch of ``loader`` holds (a ``batch_sampler``'s too)."""
+    return loader.batch_size or getattr(loader.batch_sampler, 'batch_size',
+                                        None) or 1
+
+
 def accumulative_counts(optim_wrapper) -> int:
     """Micro-batches an optimizer step accumulates (the largest over an
     ``OptimWrapperDict``'s wrappers; 1 without accumulation)."""
@@ -60,8 +66,8 @@ def schedule_facts(runner: Runner) -> str:
     """E.g. 'total batch 64, 95.0 epochs of 194 images' (what is known);
     the total batch counts accumulated micro-batches."""
     loader = runner.train_dataloader
-    counts = accumulative_counts(runner.optim_wrapper)
-    step = (getattr(loader, 'batch_size', None) or 0) * get_world_size()
+    counts = accumulative_counts(getattr(runner, 'optim_wrapper', None))
+    step = loader_batch_size(loader) * get_world_size()
     batch = step * counts
     if counts > 1:
         batch = f'{batch} ({step} a step x {counts} accumulated)'

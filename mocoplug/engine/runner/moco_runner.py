@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader
 
 from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
 from mocoplug.datasets.labelled_folder import fill_data_root
-from mocoplug.engine.hooks.runner_info import accumulative_counts
+from mocoplug.engine.hooks.runner_info import (accumulative_counts,
+                                               loader_batch_size)
 from mocoplug.models.algorithms.base_momentum import BaseMomentumSelfSupervisor
 from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
@@ -88,12 +89,12 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
     return optim_wrapper
 
 
-def deterministic_cublas(randomness: Dict, cuda: bool) -> None:
+def deterministic_cublas(deterministic: bool, cuda: bool) -> None:
     """``randomness.deterministic=True`` on CUDA: set
     ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless set (torch refuses cuBLAS's
     GEMMs under deterministic algorithms without it)."""
-    if not (cuda and randomness.get('deterministic')) or os.environ.get(
-            'CUBLAS_WORKSPACE_CONFIG'):
+    if not (cuda
+            and deterministic) or os.environ.get('CUBLAS_WORKSPACE_CONFIG'):
         return
     os.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'
     print_log(
@@ -140,14 +141,20 @@ class MoCoRunner(Runner):
     def setup_env(self, env_cfg: Dict) -> None:
         """mmengine's, joining a gloo group without an accelerator."""
         env_cfg = dict(env_cfg)
-        deterministic_cublas(
-            self.cfg.get('randomness') or {}, torch.cuda.is_available())
         env_cfg['dist_cfg'] = dist_cfg_for_this_machine(
             env_cfg.get('dist_cfg'))
         if self.distributed and not is_distributed() \
                 and not has_accelerator():
             join_cpu_process_group(self.launcher, env_cfg['dist_cfg'])
         super().setup_env(env_cfg)
+
+    def set_randomness(self,
+                       seed,
+                       diff_rank_seed: bool = False,
+                       deterministic: bool = False) -> None:
+        """mmengine's, with :func:`deterministic_cublas` first."""
+        deterministic_cublas(deterministic, torch.cuda.is_available())
+        super().set_randomness(seed, diff_rank_seed, deterministic)
 
     def wrap_model(self, model_wrapper_cfg: Optional[Dict],
                    model: nn.Module) -> nn.Module:
@@ -186,12 +193,14 @@ class MoCoRunner(Runner):
         model.compile_encoders(**({} if options is True else options))
 
     def build_train_loop(self, loop):
-        """mmengine's, refusing a data root without images before and a
-        loop that cannot train after (:mod:`.run_checks`)."""
-        if isinstance(loop, dict):
+        """mmengine's; in :meth:`train`, refusing a data root without images
+        before and a loop that cannot train after (:mod:`.run_checks`)."""
+        training = getattr(self, '_training', False)
+        if training and isinstance(loop, dict):
             check_data_roots(self._train_dataloader)
         loop = super().build_train_loop(loop)
-        check_loop_trains(loop)
+        if training:
+            check_loop_trains(loop)
         return loop
 
     def scale_lr(self, optim_wrapper, auto_scale_lr=None) -> None:
@@ -200,13 +209,14 @@ class MoCoRunner(Runner):
         if not (auto_scale_lr or {}).get('enable', False):
             return
         counts = accumulative_counts(optim_wrapper)
-        images = self.world_size * self.train_dataloader.batch_size * counts
+        batch = loader_batch_size(self.train_dataloader)
+        images = self.world_size * batch * counts
         ratio = images / auto_scale_lr['base_batch_size']
         print_log(
             f'auto_scale_lr: lr x {ratio:g}, for {images} images an '
-            f'optimizer step ({self.world_size} processes x batch '
-            f'{self.train_dataloader.batch_size} x {counts} accumulated) '
-            f'against base_batch_size {auto_scale_lr["base_batch_size"]}',
+            f'optimizer step ({self.world_size} processes x batch {batch} x '
+            f'{counts} accumulated) against base_batch_size '
+            f'{auto_scale_lr["base_batch_size"]}',
             logger='current')
         wrappers = optim_wrapper.values() if isinstance(
             optim_wrapper, OptimWrapperDict) else [optim_wrapper]
@@ -231,6 +241,7 @@ class MoCoRunner(Runner):
             dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
 
     def train(self) -> nn.Module:
+        self._training = True  # the train loop's checks (not in val/test)
         return _then_leave(super().train())
 
     def val(self) -> dict:

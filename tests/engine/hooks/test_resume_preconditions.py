@@ -77,8 +77,8 @@ def test_accumulation_inside_a_window_is_named(load_tool, tmp_path, logged):
 
 @pytest.mark.parametrize(
     'field,lost',
-    [('save_optimizer', 'no optimizer state: the optimizer (SGD\'s momentum '
-      'buffers) restarts from zero'),
+    [('save_optimizer', 'no optimizer state: the optimizer (SGD\'s momentum, '
+      'LARS\'s or AdamW\'s moments) restarts from zero'),
      ('save_param_scheduler', 'no scheduler state: the lr schedule restarts '
       'from its first step')])
 def test_a_checkpoint_without_training_state_is_named(load_tool, tmp_path,

@@ -22,7 +22,7 @@ from mmengine.runner import Runner
 from mmengine.visualization import Visualizer
 from PIL import Image
 
-from mocoplug.engine.runner import MoCoRunner, cpu_distributed
+from mocoplug.engine.runner import MoCoRunner, cpu_distributed, moco_runner
 from mocoplug.engine.runner.cpu_distributed import (cpu_model_wrapper_cfg,
                                                     dist_cfg_for_this_machine)
 from mocoplug.engine.runner.dataloader_options import (
@@ -415,14 +415,21 @@ def test_deterministic_cuda_runs_get_a_cublas_workspace(monkeypatch):
     """torch refuses cuBLAS GEMMs under deterministic algorithms without
     CUBLAS_WORKSPACE_CONFIG (our resume warning recommends deterministic)."""
     monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
-    deterministic_cublas(dict(deterministic=True), cuda=False)
-    deterministic_cublas(dict(deterministic=False), cuda=True)
+    deterministic_cublas(True, cuda=False)
+    deterministic_cublas(False, cuda=True)
     assert 'CUBLAS_WORKSPACE_CONFIG' not in os.environ
-    deterministic_cublas(dict(deterministic=True), cuda=True)
+    deterministic_cublas(True, cuda=True)
     assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
     monkeypatch.setenv('CUBLAS_WORKSPACE_CONFIG', ':16:8')
-    deterministic_cublas(dict(deterministic=True), cuda=True)
+    deterministic_cublas(True, cuda=True)
     assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':16:8'  # the user's
+    # MoCoRunner calls it where mmengine sets the randomness
+    called = []
+    monkeypatch.setattr(moco_runner, 'deterministic_cublas',
+                        lambda *args: called.append(args))
+    monkeypatch.setattr(Runner, 'set_randomness', lambda *a, **k: None)
+    object.__new__(MoCoRunner).set_randomness(0, deterministic=True)
+    assert called == [(True, torch.cuda.is_available())]
 
 
 def test_auto_scale_lr_counts_the_images_of_an_optimizer_step(

@@ -146,7 +146,7 @@ def test_readme_config_without_imagenet_names_the_field(
 
 def test_data_roots_missing_or_without_images(tmp_path):
     loader = dict(dataset=dict(type='CustomDataset', data_root=str(tmp_path)))
-    with pytest.raises(ValueError, match=f"{tmp_path}/?' holds no image"):
+    with pytest.raises(ValueError, match=f"{tmp_path}/?' holds no file of"):
         check_data_roots(loader)
     (tmp_path / 'a').mkdir()
     (tmp_path / 'a' / 'x.png').write_bytes(b'')
@@ -161,3 +161,32 @@ def test_data_roots_missing_or_without_images(tmp_path):
             r"'x'\): the folder '.*/no/x' does not exist"):
         check_data_roots(wrapped)
     check_data_roots(dict(dataset=dict(data_root='s3://bucket/images')))
+
+
+def test_what_the_data_root_check_leaves_to_the_dataset(tmp_path):
+    """A split that names a list, not a folder (CIFAR, MNIST, with their
+    downloads), and the dataset's own extensions."""
+    check_data_roots(
+        dict(
+            dataset=dict(
+                type='CIFAR10', data_root=str(tmp_path /
+                                              'no'), split='train')))
+    (tmp_path / 'x.npy').write_bytes(b'')
+    check_data_roots(
+        dict(
+            dataset=dict(
+                type='CustomDataset',
+                data_root=str(tmp_path),
+                extensions=('.npy', ))))
+
+
+def test_a_batch_sampler_gives_the_batch_size():
+    """mmdet's configs batch with AspectRatioBatchSampler: the loader's
+    batch_size is None (auto_scale_lr multiplied it)."""
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    from mocoplug.engine.hooks.runner_info import loader_batch_size
+    data = list(range(10))
+    loader = DataLoader(
+        data, batch_sampler=BatchSampler(SequentialSampler(data), 4, False))
+    assert loader.batch_size is None and loader_batch_size(loader) == 4
