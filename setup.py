@@ -73,15 +73,24 @@ def add_mim_extension() -> None:
 
 # Run by Python's `site` at every start-up of this environment: the import
 # hook of mocoplug_site (serves mmcv._ext for mmcv-lite, mmengine's
-# checkpoint loading under torch >= 2.6; mocoplug_site/__init__.py).
+# checkpoint loading under torch >= 2.6; mocoplug_site/__init__.py), loaded
+# from the .pth's own folder (`sitedir`, site.addpackage's) or the editable
+# install's source, never by a search of sys.path (which may hold the
+# current folder).
 PTH_NAME = 'mocoplug-site.pth'
-PTH_LINE = ("import importlib.util as u; u.find_spec('mocoplug_site') and "
-            "__import__('mocoplug_site').install()\n")
+PTH_LINE = ('import importlib.util as _mu, os.path as _mp, sys as _ms; '
+            "_mf = _mp.join({folder}, 'mocoplug_site', '__init__.py'); "
+            "_mk = _mp.isfile(_mf) and 'mocoplug_site' not in _ms.modules and "
+            "_mu.spec_from_file_location('mocoplug_site', _mf); "
+            "_mk and (_ms.modules.__setitem__('mocoplug_site', "
+            '_mu.module_from_spec(_mk)) or _mk.loader.exec_module('
+            "_ms.modules['mocoplug_site']) or _ms.modules['mocoplug_site']"
+            '.install())\n')
 
 
-def write_pth(folder: str) -> None:
+def write_pth(folder: str, source: str = 'sitedir') -> None:
     with open(osp.join(folder, PTH_NAME), 'w') as f:
-        f.write(PTH_LINE)
+        f.write(PTH_LINE.format(folder=source))
 
 
 class BuildPyWithPth(build_py):
@@ -98,7 +107,7 @@ class EditableWheelWithPth(editable_wheel):
 
     def _install_namespaces(self, installation_dir, pth_prefix) -> None:
         super()._install_namespaces(installation_dir, pth_prefix)
-        write_pth(installation_dir)
+        write_pth(installation_dir, repr(ROOT))
 
 
 if __name__ == '__main__':
@@ -114,7 +123,8 @@ if __name__ == '__main__':
         author='mocoplug contributors',
         license='Apache License 2.0',
         python_requires='>=3.9',
-        packages=find_packages(exclude=('configs', 'tools', 'tests', 'demo')),
+        packages=find_packages(
+            exclude=('configs*', 'tools*', 'tests', 'tests.*', 'demo*')),
         cmdclass=dict(
             build_py=BuildPyWithPth, editable_wheel=EditableWheelWithPth),
         include_package_data=True,

@@ -38,6 +38,11 @@ def _numpy_globals() -> List[Any]:
     ]
     # dtype classes such as numpy.dtypes.Float64DType (numpy >= 1.25)
     types += [type(np.dtype(t)) for t in np.sctypeDict.values()]
+    if multiarray.__name__ != 'numpy.core.multiarray':  # numpy >= 2
+        # the same two functions under the names numpy 1.x pickled them
+        types += [(multiarray._reconstruct,
+                   'numpy.core.multiarray._reconstruct'),
+                  (multiarray.scalar, 'numpy.core.multiarray.scalar')]
     return list(dict.fromkeys(types))
 
 
@@ -94,17 +99,24 @@ def load_from_local(filename: str, map_location: Optional[Any] = None) -> Any:
             return torch.load(
                 filename, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ''
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(
                 filename)
-        except Exception:  # noqa: BLE001 - the error below says enough
-            names = []
+        except Exception as not_read:  # noqa: BLE001 - named below
+            raise RuntimeError(
+                f'Cannot load {filename}: it is not a checkpoint torch.load '
+                f'reads ({type(not_read).__name__}: {not_read}; {first}). '
+                'Give a file written by torch.save (mmengine, mocoplug, '
+                'torchvision, the official MoCo code).') from err
         trusted = {_global_name(g) for g in trusted_globals()}
         names = [name for name in names if name not in trusted]
+        if not names:  # no code in it: another fault
+            raise RuntimeError(f'Cannot load {filename}: {first}') from err
         raise RuntimeError(
             f'Cannot load {filename}: it contains Python objects that are '
             'not tensors and not among the types mmengine writes'
-            f'{" (" + ", ".join(names) + ")" if names else ""}. Loading '
+            f' ({", ".join(names)}). Loading '
             'them would run code stored in the file. If you trust the '
             f'file, set {UNSAFE_ENV}=1 to load it without restrictions.'
         ) from err

@@ -35,9 +35,12 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
                  'mocoplug/.mim/tools/dist_train.sh',
                  'mocoplug_site/__init__.py', 'mocoplug_site/mmcv_ext.py'):
         assert name in names, name
+    # no test package at the top of site-packages (find_packages excluded
+    # `tests` but not `tests.*`: 117 entries)
+    assert not [n for n in names if n.startswith(('tests/', 'tools/'))]
     # the start-up hook at the wheel's root, i.e. in site-packages
     pth = zipfile.ZipFile(wheel).read('mocoplug-site.pth').decode()
-    assert "__import__('mocoplug_site').install()" in pth
+    assert ".install()" in pth and 'sitedir' in pth
     assert_mmcv_is_an_extra(wheel)
     site = tmp_path / 'site'
     subprocess.run([
@@ -68,6 +71,29 @@ def test_wheel_ships_configs_and_tools_and_resolves_mocoplug_bases(tmp_path):
         text=True,
         check=True)
     assert out.stdout.strip().endswith('ok')
+    assert_the_hook_runs_only_its_own_package(site, tmp_path / 'cwd')
+
+
+def assert_the_hook_runs_only_its_own_package(site, cwd) -> None:
+    """The .pth loads mocoplug_site from its own folder: a mocoplug_site/
+    in the current folder (reached with PYTHONPATH ending in ':', as
+    mmdet's dist_train.sh makes it) was imported at every start-up."""
+    (cwd / 'mocoplug_site').mkdir(parents=True)
+    (cwd / 'mocoplug_site' / '__init__.py').write_text(
+        "open('ran', 'w').write('the current folder\\'s package ran')\n"
+        'def install(): pass\n')
+    script = ('import site, sys; site.addsitedir(sys.argv[1])\n'
+              'hook = sys.modules["mocoplug_site"]\n'
+              'assert hook.__file__.startswith(sys.argv[1]), hook.__file__\n'
+              'assert any(type(f).__name__ == "SiteFinder" '
+              'for f in sys.meta_path)\n')
+    env = dict(os.environ, PYTHONPATH=':')  # -S: only this site folder
+    subprocess.run([sys.executable, '-S', '-c', script,
+                    str(site)],
+                   cwd=cwd,
+                   env=env,
+                   check=True)
+    assert not (cwd / 'ran').exists()
 
 
 def assert_mmcv_is_an_extra(wheel) -> None:

@@ -77,12 +77,23 @@ def quiet_decoder_warnings() -> None:
 
 def find_images(root: str,
                 extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
-    """The files under ``root`` (following symlinks, as ``CustomDataset``)
-    with an extension in ``extensions`` (any case), sorted."""
+    """The files ``CustomDataset`` lists under ``root``, sorted: with an
+    extension in ``extensions`` (any case), not hidden (mmengine skips names
+    starting with '.', macOS's ``._*``), in every folder (hidden ones too),
+    symlinks followed; a symlink loop, which the dataset follows without
+    end, is a ``ValueError`` naming it."""
     exts = tuple(e.lower() for e in extensions)
     found = []
     for folder, _, files in os.walk(root, followlinks=True):
+        real, parent = os.path.realpath(folder), os.path.dirname(folder)
+        while len(parent) >= len(root):
+            if os.path.realpath(parent) == real:
+                raise ValueError(
+                    f'{folder} links back to {parent}: CustomDataset would '
+                    'list it without end; remove the link.')
+            parent = os.path.dirname(parent)
         found += [
-            os.path.join(folder, f) for f in files if f.lower().endswith(exts)
+            os.path.join(folder, f) for f in files
+            if not f.startswith('.') and f.lower().endswith(exts)
         ]
     return sorted(found)

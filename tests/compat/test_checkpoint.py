@@ -62,3 +62,34 @@ def test_getattr_is_restricted_to_history_buffer(tmp_path):
     torch.save(dict(x=_GetattrPayload()), path)
     with pytest.raises(RuntimeError, match='Cannot load'):
         _load_checkpoint(str(path))
+
+
+def test_a_checkpoint_written_under_numpy_1_loads(tmp_path):
+    """numpy 1.x pickled arrays and scalars as numpy.core.multiarray.*;
+    under numpy 2 they live in numpy._core: the same two functions are
+    allowed under their old names (nothing else widened)."""
+    path = tmp_path / 'numpy1.pth'
+    meta = dict(eta=np.float64(3.0), arr=np.arange(3))
+    torch.save(
+        dict(state_dict=dict(w=torch.ones(2)), meta=meta),
+        path,
+        _use_new_zipfile_serialization=False)
+    data = path.read_bytes()
+    if b'numpy._core.multiarray' in data:  # numpy 2: write numpy 1's names
+        path.write_bytes(
+            data.replace(b'numpy._core.multiarray', b'numpy.core.multiarray'))
+    assert b'numpy.core.multiarray\n_reconstruct' in path.read_bytes()
+    ckpt = _load_checkpoint(str(path))
+    assert ckpt['meta']['eta'] == 3.0
+    assert ckpt['meta']['arr'].tolist() == [0, 1, 2]
+
+
+def test_a_file_that_is_no_checkpoint_is_not_said_to_hold_code(tmp_path):
+    path = tmp_path / 'notes.pth'
+    path.write_bytes(b'not a checkpoint\n')
+    with pytest.raises(
+            RuntimeError, match='is not a checkpoint torch.load '
+            'reads') as error:
+        _load_checkpoint(str(path))
+    assert 'MOCOPLUG_TRUST_CHECKPOINTS' not in str(error.value)
+    assert 'run code' not in str(error.value)

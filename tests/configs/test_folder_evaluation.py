@@ -409,3 +409,49 @@ def test_linear_config_keeps_the_best_checkpoint_on_two_ranks(
     saved = sorted(p.name for p in (tmp_path / 'work').glob('*.pth'))
     assert len(saved) == 2 and saved[1] == 'epoch_2.pth', saved
     assert saved[0].startswith('best_accuracy_top1_epoch_'), saved
+
+
+def test_a_hidden_folder_is_refused_before_any_feature(tmp_path, load_tool,
+                                                       moco_checkpoint):
+    """Jupyter's .ipynb_checkpoints in val/: mmpretrain's CustomDataset
+    read it as a class (val's cat = 1, dog = 2 against train's 0, 1) while
+    the splits were said to agree."""
+    root = tmp_path / 'd'
+    for split in ('train', 'val'):
+        for cls in ('cat', 'dog'):
+            (root / split / cls).mkdir(parents=True)
+            Image.new('RGB', (8, 8)).save(root / split / cls / '0.png')
+    (root / 'val' / '.ipynb_checkpoints').mkdir()
+    match = (r"hidden folders \['.ipynb_checkpoints'\], which mmpretrain's "
+             'CustomDataset reads as classes')
+    with pytest.raises(ValueError, match=match):  # before any model exists
+        load_tool('analysis_tools/knn_eval').main(
+            [config_path(KNN), moco_checkpoint[0], '--data-root',
+             str(root)])
+    cfg = Config.fromfile(config_path(LINEAR_FOLDER))
+    cfg.data_root = str(root)
+    with pytest.raises(ValueError, match=match):
+        fill_data_root(cfg)
+
+
+@pytest.mark.parametrize(
+    'splits,match',
+    [(('train', ), 'has train/: read are DIR/train/<class>/'),
+     (('train', 'test'),
+      r'has train/, test/: read are .*rename test/ to val/'),
+     ((), r'kNN accuracy needs 2 classes or more, found \[\'cat\'\]')],
+    ids=['train-only', 'train-test', 'one-class'])
+def test_knn_refuses_an_ambiguous_root(tmp_path, load_tool, moco_checkpoint,
+                                       splits, match):
+    """train/ alone was read as one class named train (leave-one-out, a
+    top-1 printed); train/ + test/ as the classes train and test."""
+    root = tmp_path / 'd'
+    classes = ('cat', 'dog') if splits else ('cat', )
+    for split in splits or ('', ):
+        for cls in classes:
+            (root / split / cls).mkdir(parents=True)
+            Image.new('RGB', (8, 8)).save(root / split / cls / '0.png')
+    with pytest.raises(SystemExit, match=match):
+        load_tool('analysis_tools/knn_eval').main(
+            [config_path(KNN), moco_checkpoint[0], '--data-root',
+             str(root)])

@@ -34,9 +34,18 @@ def use_labelled_folder(cfg: Config, root: str) -> bool:
     kept); True without train/ and val/ splits (leave-one-out)."""
     if not osp.isdir(root):
         raise SystemExit(f'--data-root {root!r} is not a folder')
-    split = all(osp.isdir(osp.join(root, s)) for s in ('train', 'val'))
+    splits = [s for s in ('train', 'val', 'test') if osp.isdir(f'{root}/{s}')]
+    split = splits == ['train', 'val']
+    if splits and not split:
+        raise SystemExit(
+            f'--data-root {root!r} has {", ".join(s + "/" for s in splits)}:'
+            ' read are DIR/train/<class>/* with DIR/val/<class>/* (memory, '
+            'queries; rename test/ to val/), or DIR/<class>/* (leave-one-out)')
     prefixes = ('train', 'val') if split else ('', '')
     classes = [labelled_folder_classes(osp.join(root, p)) for p in prefixes]
+    if len(classes[0]) < 2:
+        raise SystemExit(f'--data-root {root!r}: kNN accuracy needs 2 classes '
+                         f'or more, found {classes[0]}')
     if classes[0] != classes[1]:
         raise SystemExit(
             f'--data-root {root!r}: train/ has the classes {classes[0]} but '

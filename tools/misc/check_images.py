@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """List the images of a folder that mmcv.imfrombytes cannot decode (the
-extensions CustomDataset loads), in parallel. Exit status: 0 all decode, 1
-some do not, 2 usage error."""
+files CustomDataset loads), in parallel. Exit status: 0 all decode, 1 some
+do not, or none is there, or a symlink loop; 2 usage error."""
 import argparse
 import os
 import sys
@@ -40,14 +40,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.workers < 1:
         print('check_images: --workers must be >= 1', file=sys.stderr)
         return 2
-    paths = find_images(args.folder, args.extensions)
+    try:
+        paths = find_images(args.folder, args.extensions)
+    except ValueError as loop:
+        print(f'check_images: {loop}', file=sys.stderr)
+        return 1
+    if not paths:
+        print(
+            f'check_images: no image under {args.folder!r} (extensions '
+            f'{", ".join(args.extensions)})',
+            file=sys.stderr)
+        return 1
     print(f'checking {len(paths)} images under {args.folder} '
           f'({args.backend}, {args.workers} workers)')
     check = partial(
         check_image, backend=args.backend, color_type=args.color_type)
-    if not paths:
-        reasons = []
-    elif args.workers == 1:
+    if args.workers == 1:
         quiet_decoder_warnings()
         reasons = track_progress(check, paths)
     else:

@@ -87,7 +87,15 @@ def main(argv=None):
     parser.add_argument('--format', choices=FORMATS, default='mmpretrain')
     parser.add_argument(
         '--prefix', help='query-encoder key prefix (default: detected)')
+    parser.add_argument(
+        '--overwrite', action='store_true', help='replace an existing out')
     args = parser.parse_args(argv)
+    same = osp.exists(args.out) and osp.exists(
+        args.checkpoint) and osp.samefile(args.out, args.checkpoint)
+    if same or (osp.exists(args.out) and not args.overwrite):
+        raise SystemExit(f'{args.out} exists' +
+                         (' and is the checkpoint read'
+                          if same else ': --overwrite replaces it'))
 
     ckpt = _load_checkpoint(args.checkpoint, map_location='cpu')
     state = ckpt.get('state_dict', ckpt.get('model', ckpt)) \

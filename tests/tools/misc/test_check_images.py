@@ -52,3 +52,34 @@ def test_other_backend_and_usage_errors(check_images, tmp_path, capsys):
         'pillow cannot decode it (OSError: Truncated File Read; 300 bytes)')
     assert check_images([str(tmp_path / 'missing')]) == 2
     assert 'is not a folder' in capsys.readouterr().err
+
+
+def test_agrees_with_the_dataset_on_what_it_loads(check_images, tmp_path,
+                                                  capsys):
+    """mmpretrain's CustomDataset (through mmengine's listing) skips hidden
+    files (macOS's ._x.png) but reads hidden folders; a folder with no
+    image is not 'all good'; a symlink loop, which the dataset follows
+    without end, is named."""
+    import os
+
+    from mmpretrain.datasets import CustomDataset
+    files = write_images(tmp_path / 'd', num_good=2)
+    for name in BROKEN:
+        files[name].unlink()
+    good = next(p for n, p in files.items() if n.startswith('good'))
+    (tmp_path / 'd' / f'._{good.name}').write_bytes(b'resource fork')
+    (tmp_path / 'd' / '.ipynb_checkpoints').mkdir()
+    os.link(good, tmp_path / 'd' / '.ipynb_checkpoints' / f'copy{good.suffix}')
+    dataset = CustomDataset(
+        data_root=str(tmp_path / 'd'), with_label=False, pipeline=[])
+    loaded = sorted(
+        dataset.get_data_info(i)['img_path'] for i in range(len(dataset)))
+    assert check_images([str(tmp_path / 'd'), '--workers', '1']) == 0
+    printed = capsys.readouterr().out
+    assert f'checking {len(loaded)} images' in printed and len(loaded) == 3
+    (tmp_path / 'empty').mkdir()
+    assert check_images([str(tmp_path / 'empty')]) == 1
+    assert 'no image under' in capsys.readouterr().err
+    os.symlink(tmp_path / 'd', tmp_path / 'd' / 'loop')
+    assert check_images([str(tmp_path / 'd')]) == 1
+    assert 'links back to' in capsys.readouterr().err

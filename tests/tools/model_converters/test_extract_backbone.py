@@ -92,3 +92,17 @@ def test_checkpoint_without_query_encoder_is_refused(tmp_path, load_tool):
         dict(state_dict={'momentum_encoder.backbone.w': torch.ones(1)}), src)
     with pytest.raises(ValueError, match='No query-encoder weights'):
         load_tool(EXTRACT).main([str(src), str(tmp_path / 'o')])
+
+
+def test_an_existing_output_is_never_replaced_silently(tmp_path, load_tool,
+                                                       r18_moco_checkpoint):
+    path, _ = r18_moco_checkpoint
+    with pytest.raises(SystemExit, match='exists and is the checkpoint read'):
+        load_tool(EXTRACT).main([path, path, '--overwrite'])
+    out = tmp_path / 'r18.pth'
+    out.write_bytes(b'a file of the user')
+    with pytest.raises(SystemExit, match='exists: --overwrite replaces it'):
+        load_tool(EXTRACT).main([path, str(out)])
+    assert out.read_bytes() == b'a file of the user'
+    load_tool(EXTRACT).main([path, str(out), '--overwrite'])
+    assert 'state_dict' in torch.load(out)
