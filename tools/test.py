@@ -7,6 +7,7 @@ import json
 import os.path as osp
 
 from mmengine.config import Config
+from mmengine.dist import get_rank
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
 
@@ -38,8 +39,10 @@ def main(argv=None):
             'with; use an evaluation config from configs/benchmarks/ or '
             'configs/detection/')
     cfg.load_from = args.checkpoint
-    metrics = train.build_runner(cfg).test()
-    if args.out:
+    runner = train.build_runner(cfg)
+    rank = get_rank()  # (the group is left once the test is done)
+    metrics = runner.test()
+    if args.out and rank == 0:  # one file, not one write per process
         with open(args.out, 'w') as f:
             json.dump({k: float(v) for k, v in metrics.items()}, f, indent=2)
     return metrics
