@@ -1,6 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Multi-process tests on CPU: a free local port, a gloo process group, and
 what travels through it."""
+import os
 import pickle
 import socket
 
@@ -39,6 +40,18 @@ def run_two_ranks(fn,
 def _one_thread(rank: int, fn, *args) -> None:
     torch.set_num_threads(1)
     fn(rank, *args)
+
+
+def torchrun_env(rank: int, port: int, world_size: int = 2) -> None:
+    """The environment torchrun gives ``rank`` (127.0.0.1:port), for a
+    worker of :func:`run_two_ranks` that builds a Runner with
+    ``launcher='pytorch'``."""
+    os.environ.update(
+        MASTER_ADDR='127.0.0.1',
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size))
 
 
 def join_gloo_group(rank: int, port: int, world_size: int = 2) -> None:

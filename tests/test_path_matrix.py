@@ -55,7 +55,7 @@ from mocoplug.registry import HOOKS, MODELS, RUNNERS
 from .conftest import unique_experiment_name
 # registers DrawRandomNumbersHook: draws after each checkpoint's snapshot
 from .engine.hooks import test_exact_resume_hook  # noqa: F401
-from .gloo import free_port, run_two_ranks
+from .gloo import free_port, run_two_ranks, torchrun_env
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = sorted(
@@ -377,12 +377,7 @@ def train(cfg: Config) -> None:
 
 def _rank_main(rank: int, port: int, cfg_dict: dict, ranks: int) -> None:
     if ranks > 1:
-        os.environ.update(
-            MASTER_ADDR='127.0.0.1',
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(ranks))
+        torchrun_env(rank, port, ranks)
     train(Config(cfg_dict))
     if ranks > 1:
         torch.distributed.destroy_process_group()

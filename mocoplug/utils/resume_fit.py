@@ -84,19 +84,28 @@ def format_mismatch(mismatch: StateDictMismatch) -> str:
     return '\n'.join(lines)
 
 
+def revised_state(
+    checkpoint: Mapping[str, Any],
+    revise_keys: Sequence[Tuple[str, str]] = RESUME_REVISE_KEYS
+) -> Mapping[str, Any]:
+    """The checkpoint's model state, keys revised as mmengine's loader."""
+    state_dict = dict(checkpoint.get('state_dict', checkpoint))
+    for pattern, repl in revise_keys:
+        state_dict = {
+            re.sub(pattern, repl, k): v
+            for k, v in state_dict.items()
+        }
+    return state_dict
+
+
 def check_resume_fits(
         model: nn.Module,
         checkpoint: Mapping[str, Any],
         revise_keys: Sequence[Tuple[str, str]] = RESUME_REVISE_KEYS) -> None:
     """Raise :class:`ResumeMismatchError` unless the checkpoint's model
     state (``state_dict`` or the mapping), keys revised, fits ``model``."""
-    state_dict = dict(checkpoint.get('state_dict', checkpoint))
-    for pattern, repl in revise_keys:  # as mmengine's loader
-        state_dict = {
-            re.sub(pattern, repl, k): v
-            for k, v in state_dict.items()
-        }
-    mismatch = compare_state_dict(get_ori_model(model), state_dict)
+    mismatch = compare_state_dict(
+        get_ori_model(model), revised_state(checkpoint, revise_keys))
     if not mismatch:
         return
     raise ResumeMismatchError(
@@ -119,11 +128,7 @@ def check_load_from_fits(model: nn.Module, checkpoint: Mapping[str, Any],
     model = get_ori_model(model)
     if not hasattr(model, 'momentum_pairs'):
         return
-    state_dict = {
-        re.sub(r'^module\.', '', k): v
-        for k, v in dict(checkpoint.get('state_dict', checkpoint)).items()
-    }
-    mismatch = compare_state_dict(model, state_dict)
+    mismatch = compare_state_dict(model, revised_state(checkpoint))
     mismatch.unexpected = []  # harmless to the encoders' agreement
     variable_size = variable_size_state(model)  # a generator: seeded anew
     mismatch.missing = [k for k in mismatch.missing if k not in variable_size]

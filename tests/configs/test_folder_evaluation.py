@@ -371,17 +371,11 @@ def test_runner_from_cfg_says_to_build_the_config_runner(
 
 
 def _train_linear_rank(rank: int, port: int, argv: list) -> None:
-    import os
-
     import torch.distributed as dist
 
     from ..conftest import _load_tool_module
-    os.environ.update(
-        MASTER_ADDR='127.0.0.1',
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE='2')
+    from ..gloo import torchrun_env
+    torchrun_env(rank, port)
     _load_tool_module('train').main(argv)
     dist.destroy_process_group()
 

@@ -3,7 +3,6 @@
 save_checkpoint`` is ``@master_only`` (a best-checkpoint save, a second
 CheckpointHook), so every hook's ``before_save_checkpoint`` runs on rank 0
 alone and a collective there waits for ranks that never join."""
-import os
 import os.path as osp
 
 import torch.distributed as dist
@@ -12,7 +11,7 @@ from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 
 from mocoplug.registry import HOOKS
-from ...gloo import free_port, run_two_ranks
+from ...gloo import free_port, run_two_ranks, torchrun_env
 
 # callbacks mmengine 0.10.7 calls inside a @master_only method
 RANK0_ONLY = ('before_save_checkpoint', )
@@ -46,12 +45,7 @@ def _refuse(name):
 
 
 def _train_then_save_on_rank0(rank: int, port: int, cfg: dict) -> None:
-    os.environ.update(
-        MASTER_ADDR='127.0.0.1',
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE='2')
+    torchrun_env(rank, port)
     runner = RUNNERS.build(Config(cfg))
     runner.train()
     names = {type(h).__name__ for h in runner.hooks}
