@@ -30,7 +30,7 @@ model = dict(
         norm_eval=True,
         init_cfg=dict(
             type='Pretrained',
-            _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+            _scope_='mocoplug',  # mocoplug's: all tensors or an error
             checkpoint=pretrained,
             prefix='backbone.')))
 # the base's LinearClsHead (2048 -> 1000) is initialised N(0, 0.01), bias 0

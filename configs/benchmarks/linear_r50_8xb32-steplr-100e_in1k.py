@@ -26,7 +26,7 @@ model = dict(
         norm_eval=True,
         init_cfg=dict(
             type='Pretrained',
-            _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+            _scope_='mocoplug',  # mocoplug's: all tensors or an error
             checkpoint=pretrained,
             prefix='backbone.')),
     head=dict(init_cfg=dict(type='Normal', layer='Linear', std=0.01, bias=0.)))

@@ -45,9 +45,10 @@ model = dict(
         init_cfg=dict(
             _delete_=True,
             type='Pretrained',
-            _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+            _scope_='mocoplug',  # mocoplug's: all tensors or an error
             checkpoint=pretrained,
-            prefix='backbone.')),
+            prefix='backbone.',
+            unread=['layer4.'])),  # res5: the shared head's
     roi_head=dict(
         # res5 + extra norm (detectron2 Res5ROIHeadsExtraNorm)
         shared_head=dict(
@@ -57,9 +58,12 @@ model = dict(
             style='pytorch',
             init_cfg=dict(
                 type='Pretrained',
-                _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+                _scope_='mocoplug',  # mocoplug's: all tensors or an error
                 checkpoint=pretrained,
-                prefix='backbone.'))),
+                prefix='backbone.',
+                # res2-res4 are the backbone's; the extra norm is new
+                unread=['conv1.', 'bn1.', 'layer1.', 'layer2.', 'layer3.'],
+                keep_init=['norm.']))),
     # detectron2 keeps anchors crossing the image border (BOUNDARY_THRESH -1)
     train_cfg=dict(rpn=dict(allowed_border=-1)))
 

@@ -45,7 +45,7 @@ model = dict(
         init_cfg=dict(
             _delete_=True,
             type='Pretrained',
-            _scope_='mocoplug',  # mocoplug's: reports, refuses empty loads
+            _scope_='mocoplug',  # mocoplug's: all tensors or an error
             checkpoint=pretrained,
             prefix='backbone.')),
     neck=dict(norm_cfg=norm_cfg),

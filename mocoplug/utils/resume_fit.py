@@ -121,25 +121,29 @@ def check_resume_fits(
 
 def check_load_from_fits(model: nn.Module, checkpoint: Mapping[str, Any],
                          path: str) -> None:
-    """``load_from`` into a momentum model (one with ``momentum_pairs``):
-    raise :class:`ResumeMismatchError` when a tensor of the model would not
-    load (missing, another shape): the key encoder or the queue would keep
-    their random init while the query encoder loads."""
+    """``load_from`` without resume: raise :class:`ResumeMismatchError`
+    when a tensor of the model would not load (missing, another shape), so
+    that part of it would keep its random init (a momentum model: the key
+    encoder or the queue; tensors the model lacks are harmless)."""
     model = get_ori_model(model)
-    if not hasattr(model, 'momentum_pairs'):
-        return
     mismatch = compare_state_dict(model, revised_state(checkpoint))
-    mismatch.unexpected = []  # harmless to the encoders' agreement
+    mismatch.unexpected = []
     variable_size = variable_size_state(model)  # a generator: seeded anew
     mismatch.missing = [k for k in mismatch.missing if k not in variable_size]
     if not mismatch:
         return
+    if hasattr(model, 'momentum_pairs'):
+        why = ('The query encoder would load while the momentum (key) '
+               'encoder or the queue keep their random init. To start from '
+               'released MoCo weights (mmpretrain, mmselfsup, official, '
+               'torchvision) use model.encoders_from=PATH instead: it starts '
+               'both encoders and refills the queue')
+    else:
+        why = ('Those tensors would keep their random init. To start a '
+               "backbone from a pretraining checkpoint use pretrained=PATH "
+               "(every tensor of the backbone, the known layouts; "
+               'init_cfg.keep_init / unread state a partial start)')
     raise ResumeMismatchError(
         f'load_from={path!r} does not fit this {type(model).__name__}:\n' +
-        format_mismatch(mismatch) +
-        '\nThe query encoder would load while the momentum (key) encoder '
-        'or the queue keep their random init. To start from released MoCo '
-        'weights (mmpretrain, mmselfsup, official, torchvision) use '
-        'model.encoders_from=PATH instead: it starts both encoders and '
-        'refills the queue; load_from takes a checkpoint of this very '
-        'model.')
+        format_mismatch(mismatch) + f'\n{why}; load_from takes a checkpoint '
+        'of this very model.')

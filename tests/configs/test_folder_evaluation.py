@@ -449,3 +449,108 @@ def test_knn_refuses_an_ambiguous_root(tmp_path, load_tool, moco_checkpoint,
         load_tool('analysis_tools/knn_eval').main(
             [config_path(KNN), moco_checkpoint[0], '--data-root',
              str(root)])
+
+
+def _knn_rank(rank: int, port: int, argv: list) -> None:
+    import torch.distributed as dist
+
+    from ..conftest import _load_tool_module
+    from ..gloo import torchrun_env
+    torchrun_env(rank, port)
+    _load_tool_module('analysis_tools/knn_eval').main(argv)
+    dist.destroy_process_group()
+
+
+def test_knn_on_two_cpu_ranks_equals_one_process(split_folder, moco_checkpoint,
+                                                 load_tool, tmp_path, capsys):
+    """torchrun on CPUs joins a gloo group (mmengine's init_dist selects a
+    GPU and nccl); each rank extracts its share, the figures are one
+    process's. Progress is logged with images/s; k = 20 and 200 over 12
+    memory images are reported as the k used, 12."""
+    from ..gloo import free_port, run_two_ranks
+    cfg_file, _ = knn_cfg_file(tmp_path)
+    common = [cfg_file, moco_checkpoint[0], '--data-root', str(split_folder)]
+    one = load_tool('analysis_tools/knn_eval').main(
+        common + ['--cfg-options', 'knn.topk=[1,3,20,200]'])
+    printed = capsys.readouterr().out
+    assert list(one) == ['top1_k1', 'top1_k3', 'top1_k12'], one
+    assert 'k=[20, 200] capped at the memory size' in printed
+    out = tmp_path / 'two.json'
+    run_two_ranks(
+        _knn_rank, free_port(), common + [
+            '--launcher', 'pytorch', '--out',
+            str(out), '--cfg-options', 'knn.topk=[1,3,20,200]'
+        ])
+    assert json.loads(out.read_text()) == pytest.approx(one)
+
+
+def test_knn_logs_progress_and_refuses_an_infinite_sampler(
+        split_folder, moco_checkpoint, load_tool, tmp_path, monkeypatch):
+    import importlib
+    module = importlib.import_module(
+        'mocoplug.evaluation.functional.extract_features')
+    logged = []
+    monkeypatch.setattr(module, 'print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    cfg_file, _ = knn_cfg_file(tmp_path)
+    common = [cfg_file, moco_checkpoint[0], '--data-root', str(split_folder)]
+    load_tool('analysis_tools/knn_eval').main(common + [
+        '--cfg-options', 'knn.topk=[1]', 'knn_memory_dataloader.batch_size=2'
+    ])
+    memory = [m for m in logged if m.startswith('memory: ')]
+    # 6 batches of 2: logged at each tenth (every batch) up to all 12
+    assert len(memory) == 6 and memory[-1].startswith('memory: 12/12 images')
+    assert all(m.endswith(' images/s') for m in memory)
+    assert [m.split(',')[0] for m in logged
+            if m.startswith('queries')][-1] == 'queries: 6/6 images'
+    with pytest.raises(
+            SystemExit, match='knn_query_dataloader.sampler is an Infinite'):
+        load_tool('analysis_tools/knn_eval').main(common + [
+            '--cfg-options', 'knn_query_dataloader.sampler.type='
+            'InfiniteSampler'
+        ])
+
+
+def test_load_from_a_pretraining_checkpoint_into_the_classifier_is_refused(
+        tmp_path, split_folder, moco_checkpoint):
+    """`tools/test.py LINEAR_CONFIG moco.pth`: the backbone loads, the
+    classifier stays random and a figure was printed; refused, with the
+    missing head named and pretrained= given."""
+    from mocoplug.utils.resume_fit import ResumeMismatchError
+    cfg = linear_cfg(tmp_path)
+    cfg.merge_from_dict(dict(data_root=str(split_folder)))
+    cfg.load_from = moco_checkpoint[0]
+    cfg.experiment_name = unique_experiment_name(tmp_path)
+    runner = RUNNERS.build(cfg)
+    with pytest.raises(ResumeMismatchError) as info:
+        runner.test()
+    for part in ('does not fit this ImageClassifier', 'head.fc.weight',
+                 'pretrained=PATH'):
+        assert part in str(info.value), part
+
+
+def test_a_backbone_of_another_width_is_refused_by_knn_and_linear(
+        tmp_path, load_tool, split_folder):
+    """A ResNet-18 of the default widths into the configs' tiny ResNet-18:
+    the stem and some BN tensors share shapes (mmengine's loader would
+    load them and leave the rest random); refused, layouts named."""
+    from mmpretrain.models import ResNet
+    other = tmp_path / 'r18_wide.pth'
+    torch.save(
+        dict(state_dict={
+            f'backbone.{k}': v
+            for k, v in ResNet(depth=18).state_dict().items()
+        }), other)
+    match = (r'init_cfg of ResNet.*no known key layout gives all 100 '
+             r'tensors.*mocoplug / mmpretrain / mmselfsup \(backbone\.\)')
+    cfg_file, _ = knn_cfg_file(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        load_tool('analysis_tools/knn_eval').main(
+            [cfg_file, str(other), '--data-root',
+             str(split_folder)])
+    with pytest.raises(ValueError, match=match):
+        load_tool('train').main([
+            linear_cfg_file(tmp_path), '--cfg-options', f'pretrained={other}',
+            f'data_root={split_folder}'
+        ])
+    assert not list((tmp_path / 'work').glob('*.pth'))

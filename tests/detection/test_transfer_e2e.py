@@ -215,15 +215,27 @@ def test_coco_mask_rcnn_c4_trains_and_tests(tiny_det_data,
     assert_kernels(served_kernel_calls, {'nms', 'roi_align_forward'})
 
 
+@pytest.mark.parametrize('layout', ['mocoplug', 'official'])
 def test_coco_mask_rcnn_c4_init(tiny_det_data, mocov2_r50_checkpoint,
-                                moco_state):
+                                moco_state, layout, tmp_path):
     """Mask R-CNN C4: backbone and res5 head from the query encoder, right
     after init_weights (mmdet's own init of ResNet/ResLayer is replaced by
-    mocoplug's 'Pretrained', applied after the children's own init)."""
+    mocoplug's 'Pretrained', applied after the children's own init); the
+    official layout (module.encoder_q.*) through the config's prefix
+    'backbone.' too, its key encoder never read."""
     from mmdet.registry import MODELS
 
     cfg = sync_bn_to_bn(Config.fromfile(COCO_C4))
     cfg.pretrained = mocov2_r50_checkpoint
+    if layout == 'official':
+        cfg.pretrained = str(tmp_path / 'moco_v2_200ep_pretrain.pth.tar')
+        official = {}
+        for key, value in moco_state.items():
+            if key.startswith('backbone.'):
+                official['module.encoder_q.' + key[9:]] = value
+            elif key.startswith('momentum_encoder.backbone.'):
+                official['module.encoder_k.' + key[26:]] = value
+        torch.save(dict(state_dict=official), cfg.pretrained)
     assert fill_pretrained(cfg) == 2
     init_default_scope('mmdet')
     model = MODELS.build(cfg.model)
@@ -231,23 +243,27 @@ def test_coco_mask_rcnn_c4_init(tiny_det_data, mocov2_r50_checkpoint,
     assert_query_encoder_loaded(model.state_dict(), moco_state, C4_SOURCES)
 
 
-@pytest.mark.parametrize('case', ['official-format', 'not-given'])
+@pytest.mark.parametrize('case', ['resnet18', 'not-given'])
 def test_bad_pretrained_stops_training_with_a_clear_error(
-        case, tiny_det_data, moco_state, tmp_path):
+        case, tiny_det_data, tmp_path):
     cfg = shrink_detection_cfg(
         Config.fromfile(VOC_C4), tiny_det_data, str(tmp_path))
     path = dump(cfg, str(tmp_path / 'voc.py'))
-    if case == 'official-format':
-        # facebookresearch/moco's layout: no `backbone.` keys
-        bad = str(tmp_path / 'moco_v2_official.pth')
+    if case == 'resnet18':
+        # a MoCo ResNet-18: the stem and BN layers of equal width would
+        # load, the rest stay random (mmengine's loader)
+        from mmpretrain.models import ResNet
+        bad = str(tmp_path / 'moco_r18.pth')
         torch.save(
             dict(
                 state_dict={
-                    'module.encoder_q.' + k[len('backbone.'):]: v
-                    for k, v in moco_state.items() if k.startswith('backbone.')
+                    f'backbone.{k}': v
+                    for k, v in ResNet(depth=18).state_dict().items()
                 }), bad)
         argv = [path, '--cfg-options', f'pretrained={bad}']
-        match = r"no keys under 'backbone\.'.*module\.encoder_q\."
+        match = (r'init_cfg of ResNet.*no known key layout gives all .* '
+                 r'tensors.*mocoplug / mmpretrain / mmselfsup \(backbone\.\)'
+                 r': \d+/\d+')
     else:
         argv = [path]
         match = 'pretrained=PATH'

@@ -252,3 +252,27 @@ def test_two_ranks_equal_one_process_and_never_gather_the_memory(tmp_path):
         per_round = 8 * DIM * 4 + 8 * 8 + 2 * 8 * K * 20
         assert out['received']['received'] <= 4 * per_round + 256
         assert out['received']['objects'] == 0
+
+
+@pytest.mark.parametrize('exclude_self', [False, True])
+def test_a_capped_k_is_reported_as_the_k_used(exclude_self):
+    """A memory of 12 images with k = 5, 20, 200: k is capped at 12 (11
+    leave-one-out), the figure is the k-used vote, named by that k, and the
+    two capped k are one figure."""
+    bank, labels = gaussian(12, seed=4), labels_of(12, 3, seed=5)
+    query = bank if exclude_self else gaussian(9, seed=6)
+    query_labels = labels if exclude_self else labels_of(9, 3, seed=7)
+    used = 12 - int(exclude_self)
+    result = weighted_knn_accuracy(
+        query,
+        query_labels,
+        bank,
+        labels,
+        3, (5, 20, 200),
+        exclude_self=exclude_self)
+    assert list(result) == ['top1_k5', f'top1_k{used}']
+    for k in (5, used):
+        pred = weighted_knn_scores(
+            query, bank, labels, 3, k, exclude_self=exclude_self).argmax(1)
+        assert result[f'top1_k{k}'] == pytest.approx(
+            (pred == query_labels).double().mean().item() * 100, rel=1e-12)

@@ -10,13 +10,14 @@ import os.path as osp
 
 import torch
 from mmengine.config import Config
-from mmengine.dist import get_rank, init_dist
+from mmengine.dist import get_rank
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401
 from mocoplug.datasets import labelled_folder_classes
-from mocoplug.evaluation import (extract_feature_shard,
+from mocoplug.engine.runner.cpu_distributed import init_dist_for_this_machine
+from mocoplug.evaluation import (check_one_pass, extract_feature_shard,
                                  sharded_weighted_knn_accuracy)
 from mocoplug.registry import MODELS
 from mocoplug.utils import fill_pretrained
@@ -84,8 +85,9 @@ def main(argv=None):
         leave_one_out = use_labelled_folder(cfg, args.data_root)
     cfg.pretrained = args.checkpoint
     fill_pretrained(cfg)
-    if args.launcher != 'none':
-        init_dist(args.launcher)
+    if args.launcher != 'none':  # gloo on CPU ranks
+        init_dist_for_this_machine(args.launcher,
+                                   cfg.get('env_cfg', {}).get('dist_cfg'))
     knn = dict(topk=(20, 200), temperature=0.07)
     knn.update(cfg.get('knn', {}))
 
@@ -104,10 +106,15 @@ def main(argv=None):
     num_classes = len(loaders[0].dataset.metainfo.get('classes') or ())
     if not num_classes:
         raise SystemExit('the memory dataset declares no classes')
+    for field, loader in zip(REQUIRED[1:], loaders):
+        try:
+            check_one_pass(loader, field)
+        except ValueError as error:
+            raise SystemExit(str(error)) from None
     # every rank keeps its shard of the features on its device
-    bank = extract_feature_shard(model, loaders[0], model.backbone)
+    bank = extract_feature_shard(model, loaders[0], model.backbone, 'memory')
     query = bank if leave_one_out else extract_feature_shard(
-        model, loaders[1], model.backbone)
+        model, loaders[1], model.backbone, 'queries')
     # knn: topk, temperature and optionally query_chunk, bank_chunk
     results = sharded_weighted_knn_accuracy(
         query, bank, num_classes, exclude_self=leave_one_out, **knn)
@@ -117,8 +124,10 @@ def main(argv=None):
     num_bank = len(loaders[0].dataset)
     protocol = (f'leave-one-out over {num_bank} images' if leave_one_out else
                 f'on {num_query} queries, {num_bank} memory images')
+    capped = [k for k in knn['topk'] if f'top1_k{k}' not in results]
     print(f'weighted kNN (t={knn["temperature"]}) {protocol}: ' +
-          ', '.join(f'{k} {v:.2f}' for k, v in results.items()))
+          ', '.join(f'{k} {v:.2f}' for k, v in results.items()) +
+          (f' (k={capped} capped at the memory size)' if capped else ''))
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
         with open(args.out, 'w') as f:

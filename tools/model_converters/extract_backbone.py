@@ -14,6 +14,8 @@ import torch
 from mmengine.runner.checkpoint import _load_checkpoint
 
 import mocoplug  # noqa: F401  (mmengine checkpoints under torch >= 2.6)
+from mocoplug.models.utils.encoder_checkpoint import (prefixes,
+                                                      timm_vit_as_mmpretrain)
 
 # query-encoder prefixes, most specific first; `fc.` after them is the
 # official code's projection head, not part of the backbone
@@ -34,6 +36,8 @@ def query_backbone(
             if cand != 'backbone.':  # official checkpoints carry the MLP
                 found = OrderedDict((k, v) for k, v in found.items()
                                     if not k.startswith(('fc.', 'head.')))
+            if 'patch_embed.proj.weight' in found:  # official v3 ViT
+                found = OrderedDict(timm_vit_as_mmpretrain(found))
             return found, cand
     starts = sorted({k.split('.')[0] for k in state})
     raise ValueError(
@@ -57,12 +61,11 @@ def to_detectron2(backbone: Dict[str, torch.Tensor]) -> Dict[str, object]:
     return out
 
 
-def torchvision_report(backbone: Dict[str, torch.Tensor]) -> Optional[str]:
-    """Load into the matching torchvision ResNet; report what does not fit."""
-    try:
-        import torchvision
-    except ImportError:
-        return None
+def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> str:
+    """The torchvision ResNet that takes every tensor of ``backbone`` (its
+    ``fc`` aside), or SystemExit: torchvision's and detectron2's formats
+    hold nothing else."""
+    import torchvision
     blocks = {i for k in backbone for i in re.findall(r'^layer3\.(\d+)\.', k)}
     bottleneck = any('conv3' in k for k in backbone)
     depth = {
@@ -72,12 +75,25 @@ def torchvision_report(backbone: Dict[str, torch.Tensor]) -> Optional[str]:
         (2, False): 18,
         (6, False): 34
     }.get((len(blocks), bottleneck))
-    if depth is None:
-        return 'not a torchvision ResNet layout; no check done'
-    net = getattr(torchvision.models, f'resnet{depth}')()
-    result = net.load_state_dict(backbone, strict=False)
-    return (f'torchvision resnet{depth}: missing {result.missing_keys or []}'
-            f', unexpected {result.unexpected_keys or []}')
+    missing = unexpected = ['a depth of 18, 34, 50, 101 or 152']
+    if depth is not None:
+        net = getattr(torchvision.models, f'resnet{depth}')()
+        try:
+            result = net.load_state_dict(backbone, strict=False)
+            missing = [
+                k for k in result.missing_keys if not k.startswith('fc.')
+            ]
+            unexpected = result.unexpected_keys
+        except RuntimeError as error:  # shapes
+            missing = unexpected = [str(error).splitlines()[1].strip()]
+    if missing or unexpected:
+        raise SystemExit(
+            "torchvision's and detectron2's formats hold a torchvision "
+            'ResNet, which this backbone is not (its keys start with '
+            f'{prefixes(list(backbone), depth=1)}; does not fit: '
+            f'{(missing + unexpected)[:4]}): use --format mmpretrain, read '
+            "by init_cfg=dict(type='Pretrained', prefix='backbone.').")
+    return f'torchvision resnet{depth}: every tensor fits'
 
 
 def main(argv=None):
@@ -106,9 +122,8 @@ def main(argv=None):
     skipped = [k for k in state if not k.startswith(prefix)]
     print(f'query encoder: {len(backbone)} tensors under {prefix!r}; '
           f'left out {len(skipped)} others (key encoder, neck, queue, ...)')
-    report = torchvision_report(backbone)
-    if report:
-        print(report)
+    if args.format != 'mmpretrain':
+        print(torchvision_resnet(backbone))
 
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     meta = dict(source=osp.abspath(args.checkpoint), prefix=prefix)

@@ -60,6 +60,18 @@ def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
         logger='current')
 
 
+def init_dist_for_this_machine(launcher: str,
+                               dist_cfg: Optional[dict] = None) -> None:
+    """mmengine's ``init_dist`` for a tool outside the Runner: on a GPU
+    machine as is, without one a gloo group of CPU processes."""
+    dist_cfg = dist_cfg_for_this_machine(dist_cfg)
+    if has_accelerator():
+        from mmengine.dist import init_dist
+        init_dist(launcher, **dist_cfg)
+    else:
+        join_cpu_process_group(launcher, dist_cfg)
+
+
 def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
                           find_unused_parameters: bool = False) -> dict:
     """A new model wrapper config for a distributed run on CPUs: the

@@ -1,10 +1,13 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+import time
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as torch_dist
 import torch.nn as nn
+from mmengine.dataset import InfiniteSampler
 from mmengine.dist import all_gather, get_comm_device, get_dist_info
+from mmengine.logging import print_log
 from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
 
@@ -32,12 +35,23 @@ def pool_feature(
     return feats
 
 
+def check_one_pass(dataloader: DataLoader,
+                   field: str = 'the feature dataloader') -> None:
+    """ValueError naming ``field`` unless ``dataloader`` ends: features are
+    read in one pass, which an ``InfiniteSampler`` never finishes."""
+    if isinstance(getattr(dataloader, 'sampler', None), InfiniteSampler):
+        raise ValueError(
+            f'{field}.sampler is an InfiniteSampler, whose pass over the '
+            'images never ends: features are extracted in one pass; set '
+            f"{field}.sampler=dict(type='DefaultSampler', shuffle=False).")
+
+
 @torch.no_grad()
-def extract_feature_shard(
-    model: nn.Module,
-    dataloader: DataLoader,
-    feature_fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-) -> FeatureShard:
+def extract_feature_shard(model: nn.Module,
+                          dataloader: DataLoader,
+                          feature_fn: Optional[Callable[[torch.Tensor],
+                                                        torch.Tensor]] = None,
+                          progress: Optional[str] = None) -> FeatureShard:
     """This rank's backbone features of a labelled dataset (eval mode, the
     model's device); the sampler splits as ``DefaultSampler``.
 
@@ -46,14 +60,19 @@ def extract_feature_shard(
             ``data_preprocessor`` and ``extract_feat``, e.g. MoCo.
         dataloader (DataLoader): Yields single-view, labelled batches.
         feature_fn (callable, optional): Replaces ``model.extract_feat``.
+        progress (str, optional): A name: rank 0 then logs the images done
+            (all ranks) and images/s every tenth of the batches.
 
     Returns:
         FeatureShard: Sorted by dataset index.
     """
+    check_one_pass(dataloader)
     model = get_ori_model(model)
     feature_fn = feature_fn or model.extract_feat
     rank, world_size = get_dist_info()
     size = len(dataloader.dataset)
+    every = max(1, len(dataloader) // 10) if progress and rank == 0 else 0
+    start = time.perf_counter()
     was_training = model.training
     model.eval()
     feats, labels, ids = [], [], []
@@ -76,6 +95,13 @@ def extract_feature_shard(
             data = model.data_preprocessor(data, False)
             batch = pool_feature(feature_fn(data['inputs']))
             feats.append(batch[:real].float())
+            if every and (len(feats) % every == 0
+                          or len(feats) == len(dataloader)):
+                done = min(size, position - rank)
+                print_log(
+                    f'{progress}: {done}/{size} images, '
+                    f'{done / (time.perf_counter() - start):.1f} images/s',
+                    logger='current')
     finally:
         model.train(was_training)
     # a model without parameters computes on the CPU

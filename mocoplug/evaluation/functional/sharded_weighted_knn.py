@@ -30,7 +30,8 @@ def sharded_weighted_knn_accuracy(
         query (FeatureShard): This rank's query features.
         bank (FeatureShard): This rank's memory features (any float dtype).
         num_classes (int): Number of classes.
-        topk (Sequence[int]): Numbers of neighbours (capped).
+        topk (Sequence[int]): Numbers of neighbours, each capped at the
+            memory size (less one, leave-one-out); keys name the k used.
         temperature (float): Vote temperature.
         exclude_self (bool): Leave-one-out: no query is its own neighbour.
         query_chunk (int): Queries per round, over all ranks.
@@ -39,7 +40,8 @@ def sharded_weighted_knn_accuracy(
             False computes in this process alone.
 
     Returns:
-        Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``.
+        Dict[str, float]: ``{'top1_k20': ..., 'top1_k200': ...}``, one per
+        k used (a memory of 99 images: ``top1_k20``, ``top1_k99``).
     """
     rank, world_size = get_dist_info() if distributed else (0, 1)
     device = query.feats.device
@@ -59,6 +61,7 @@ def sharded_weighted_knn_accuracy(
             f'weighted kNN: {num_bank} memory features and {num_query} '
             f'queries{" (leave-one-out)" if exclude_self else ""}; need at '
             'least one query and one neighbour')
+    topk = list(dict.fromkeys(min(k, k_max) for k in topk))  # the k used
     correct = torch.zeros(len(topk), dtype=torch.long, device=device)
     for start in range(0, rounds * per_rank, per_rank):
         feats = query.feats[start:start + per_rank].reshape(-1, dim)
@@ -78,8 +81,7 @@ def sharded_weighted_knn_accuracy(
                              for t in found))
         labels = query.labels[start:start + per_rank].to(device)
         for i, k in enumerate(topk):
-            votes = weighted_votes(found, min(k, k_max), num_classes,
-                                   temperature)
+            votes = weighted_votes(found, k, num_classes, temperature)
             correct[i] += (votes.argmax(dim=1) == labels).sum()
     if world_size > 1:
         all_reduce(correct)

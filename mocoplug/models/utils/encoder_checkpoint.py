@@ -25,6 +25,8 @@ LAYOUTS: List[Layout] = [
      ('module.predictor.', ), ('fc.', 'head.')),
     ('a bare backbone (torchvision, timm, extract_backbone.py)', '', (), (),
      ('fc.', 'head.')),
+    ('a bare backbone saved wrapped (DataParallel)', 'module.', (), (),
+     ('fc.', 'head.')),
 ]
 # left on purpose: key encoders, queues, mmselfsup 0.x's encoder_q (a copy
 # of backbone and neck) and a bare backbone's classifier (its skipped keys)
@@ -37,6 +39,15 @@ TIMM_VIT = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
             (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
             (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
             (r'^norm\.', 'ln1.')]
+
+
+def timm_vit_as_mmpretrain(
+        state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """timm ViT names (official MoCo v3, vits.py) as mmpretrain's."""
+    return {
+        reduce(lambda k, sub: re.sub(*sub, k), TIMM_VIT, k): v
+        for k, v in state.items()
+    }
 
 
 def prefixes(keys: List[str], depth: int = 2, limit: int = 8) -> str:
@@ -73,6 +84,91 @@ def _fit(have: Dict[str, torch.Tensor],
     return have if fits else None
 
 
+def checkpoint_state(path: str, what: str) -> Dict[str, torch.Tensor]:
+    """The model state of the checkpoint at ``path`` (``state_dict`` or the
+    whole mapping); ValueError naming ``what`` when it holds none."""
+    ckpt = _load_checkpoint(path, map_location='cpu')
+    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict) or not state:
+        raise ValueError(f'{what}={path!r} holds no state dict')
+    return state
+
+
+def fit_layout(
+    state: Dict[str, torch.Tensor],
+    module: nn.Module,
+    what: str,
+    prefix: Optional[str] = None,
+    keep_init: Tuple[str, ...] = (),
+    unread: Tuple[str, ...] = ()
+) -> Tuple[Layout, dict]:
+    """The one loading rule: the first layout (``prefix`` first, then
+    ``LAYOUTS``) under which ``state`` gives every tensor of ``module``
+    (``num_batches_tracked`` may be absent) at its shape and nothing else;
+    timm ViT names are read as mmpretrain's. ``keep_init`` (module key
+    prefixes) stay at their init, ``unread`` (checkpoint key prefixes, the
+    layout's prefix removed) are meant for other modules: both stated by
+    the caller, never inferred. Returns the layout and the tensors to load;
+    ValueError naming ``what``, the layouts tried and their counts."""
+    target = {
+        k: v
+        for k, v in module.state_dict().items() if not k.startswith(keep_init)
+    }
+    required = [k for k in target if not k.endswith('num_batches_tracked')]
+    layouts = [lay for lay in LAYOUTS if lay[1] != prefix]
+    if prefix is not None:
+        given = [lay for lay in LAYOUTS if lay[1] == prefix]
+        layouts = (given or [(f'init_cfg.prefix={prefix!r}', prefix, (), (),
+                              ())]) + layouts
+    tried = []
+    for layout in layouts:
+        name, where, _, _, skip = layout
+        source = {
+            k: v
+            for k, v in _under(state, where, skip).items()
+            if not k.startswith(unread)
+        }
+        timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
+        if timm:
+            source = timm_vit_as_mmpretrain(source)
+        loaded = {
+            k: v
+            for k, v in source.items()
+            if k in target and v.shape == target[k].shape
+        }
+        extra = [k for k in source if k not in loaded]  # or other shape
+        missing = [k for k in required if k not in loaded]
+        if not missing and not extra:
+            return layout, loaded
+        if timm:  # the official ViT: refuse what does not map exactly
+            unplaced = [
+                f'{k} {tuple(source[k].shape)}' +
+                (f' (backbone: {tuple(target[k].shape)})'
+                 if k in target else '') for k in extra[:8]
+            ]
+            raise ValueError(
+                f'{what}: the timm ViT under {where or "-"} '
+                "(official MoCo v3; names as mmpretrain's) does not map "
+                f'exactly onto {type(module).__name__}: no place for '
+                f'{unplaced}' + (f', nothing for {prefixes(missing, depth=3)}'
+                                 if missing else '') +
+                ". Build the backbone as the checkpoint's (arch, img_size, "
+                "patch_size; final_norm=True, out_type='cls_token') or "
+                'convert the tensors to its names and shapes (e.g. resize '
+                'pos_embed) and save them as a bare state dict.')
+        tried.append(
+            f'{name} ({where or "no prefix"}): '
+            f'{len(required) - len(missing)}/{len(required)}' +
+            (f', {len(extra)} with no place in it ('
+             f'{prefixes(extra, depth=1, limit=5)})' if extra else ''))
+    raise ValueError(
+        f'{what}: no known key layout gives all {len(required)} tensors of '
+        f'{type(module).__name__} (a partial load would leave the rest at '
+        f'random init); tensors found per layout: {"; ".join(tried)}. The '
+        f"checkpoint's keys start with {prefixes(list(state))}; the "
+        f"module's with {prefixes(required, depth=1)}.")
+
+
 def load_encoder_checkpoint(
         path: str,
         backbone: nn.Module,
@@ -83,57 +179,13 @@ def load_encoder_checkpoint(
     and predictor into ``predictor`` where all shapes agree. Tensors left
     unread (but the key encoder, queue, classifier) are logged as WARNING.
     Returns ``layout``, ``neck``, ``predictor`` ('loaded' or why fresh)."""
-    ckpt = _load_checkpoint(path, map_location='cpu')
-    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f'encoders_from={path!r} holds no state dict')
-    target = backbone.state_dict()
-    # BN batch counters are not weights; older checkpoints lack them
-    required = [k for k in target if not k.endswith('num_batches_tracked')]
-    tried = []
-    for name, prefix, heads, preds, skip in LAYOUTS:
-        source = _under(state, prefix, skip)
-        timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
-        if timm:
-            source = {
-                reduce(lambda k, sub: re.sub(*sub, k), TIMM_VIT, k): v
-                for k, v in source.items()
-            }
-        loaded = {
-            k: v
-            for k, v in source.items()
-            if k in target and v.shape == target[k].shape
-        }
-        extra = [k for k in source if k not in loaded]  # or other shape
-        missing = [k for k in required if k not in loaded]
-        if not missing and not extra:
-            break
-        if timm:  # the official ViT: refuse what does not map exactly
-            unplaced = [
-                f'{k} {tuple(source[k].shape)}' +
-                (f' (backbone: {tuple(target[k].shape)})'
-                 if k in target else '') for k in extra[:8]
-            ]
-            raise ValueError(
-                f'encoders_from={path!r}: the timm ViT under {prefix or "-"} '
-                "(official MoCo v3; names as mmpretrain's) does not map "
-                f'exactly onto {type(backbone).__name__}: no place for '
-                f'{unplaced}' + (f', nothing for {prefixes(missing, depth=3)}'
-                                 if missing else '') +
-                ". Build the backbone as the checkpoint's (arch, img_size, "
-                "patch_size; final_norm=True, out_type='cls_token') or "
-                'convert the tensors to its names and shapes (e.g. resize '
-                'pos_embed) and save them as a bare state dict.')
-        tried.append(f'{name} ({prefix or "no prefix"}): '
-                     f'{len(required) - len(missing)}/{len(required)}' +
-                     (f', {len(extra)} that do not fit' if extra else ''))
-    else:
-        raise ValueError(
-            f'encoders_from={path!r}: no known key layout gives all '
-            f'{len(required)} tensors of the backbone '
-            f'({type(backbone).__name__}); tensors found per layout: '
-            f'{"; ".join(tried)}. The checkpoint\'s keys start with '
-            f'{prefixes(list(state))}.')
+    state = checkpoint_state(path, 'encoders_from')
+    (name, prefix, heads, preds,
+     skip), loaded = fit_layout(state, backbone, f'encoders_from={path!r}')
+    required = [
+        k for k in backbone.state_dict()
+        if not k.endswith('num_batches_tracked')
+    ]
     backbone.load_state_dict(loaded, strict=False)
     read = {prefix + k for k in _under(state, prefix, skip)}
     report = dict(layout=name)
@@ -150,7 +202,8 @@ def load_encoder_checkpoint(
         report[part] = 'loaded' if fit is not None else (
             f"fresh: the checkpoint's {head}* ({len(have)} tensors) does not "
             f'fit' if have else 'fresh: the checkpoint has none')
-    left = UNREAD + (() if prefix else skip)  # a bare backbone's classifier
+    # a bare backbone's classifier (a layout without heads) is not read
+    left = UNREAD + (() if heads or preds else skip)
     unread = [k for k in state if k not in read and not k.startswith(left)]
     print_log(
         f'encoders_from: both encoders start from {path} ({len(required)} '

@@ -106,3 +106,31 @@ def test_an_existing_output_is_never_replaced_silently(tmp_path, load_tool,
     assert out.read_bytes() == b'a file of the user'
     load_tool(EXTRACT).main([path, str(out), '--overwrite'])
     assert 'state_dict' in torch.load(out)
+
+
+def test_official_v3_vit_exports_mmpretrain_names_only(tmp_path, load_tool):
+    """The official MoCo v3 ViT (timm names): --format mmpretrain writes
+    mmpretrain's names, which the linear config's backbone loads whole;
+    torchvision's and detectron2's formats, which hold a ResNet, refuse."""
+    from mocoplug.registry import MODELS
+    from ...models.algorithms.test_mocov3 import TINY_VIT
+    from ...models.utils.test_encoder_checkpoint import official_vit_checkpoint
+    path, vit, _, _ = official_vit_checkpoint(tmp_path)
+    out = tmp_path / 'vit.pth'
+    load_tool(EXTRACT).main([path, str(out)])
+    target = MODELS.build(
+        dict(
+            TINY_VIT,
+            init_cfg=dict(
+                type='Pretrained',
+                _scope_='mocoplug',
+                checkpoint=str(out),
+                prefix='backbone.')))
+    target.init_weights()
+    for name, value in vit.state_dict().items():
+        assert torch.equal(target.state_dict()[name], value), name
+    for fmt in ('torchvision', 'detectron2'):
+        with pytest.raises(SystemExit, match='use --format mmpretrain'):
+            load_tool(EXTRACT).main(
+                [path, str(tmp_path / f'vit.{fmt}'), '--format', fmt])
+        assert not (tmp_path / f'vit.{fmt}').exists()
