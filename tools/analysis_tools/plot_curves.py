@@ -2,7 +2,9 @@
 """Turn work dirs' scalars logs into PNG curves (loss, contrastive accuracy,
 lr, momentum, kNN, health/*: whatever the run logged)."""
 import argparse
+import os
 import os.path as osp
+from typing import List
 
 from mocoplug.visualization import load_scalars, plot_scalar_curves
 
@@ -19,14 +21,25 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def run_labels(runs: List[str]) -> List[str]:
+    """One legend label per run: the shortest ends of their paths that
+    differ ('a/mocov2', 'b/mocov2'), '' for a single run."""
+    if len(runs) == 1:
+        return ['']
+    parts = [osp.abspath(r).rstrip(os.sep).split(os.sep) for r in runs]
+    for depth in range(1, max(map(len, parts)) + 1):
+        labels = ['/'.join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels):
+            return labels
+    raise SystemExit(f'a run is given twice: {runs}')
+
+
 def main(argv=None):
     args = parse_args(argv)
-    labels = args.labels or ([''] if len(args.runs) == 1 else [
-        osp.basename(osp.normpath(r)) for r in args.runs
-    ])
-    if len(labels) != len(args.runs):
-        raise SystemExit(f'--labels: got {len(labels)} labels for '
-                         f'{len(args.runs)} runs')
+    labels = args.labels or run_labels(args.runs)
+    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
+        raise SystemExit(f'--labels: got {labels} for {len(args.runs)} '
+                         'runs; give one distinct label per run')
     runs = {label: load_scalars(run) for label, run in zip(labels, args.runs)}
     out = args.out or osp.join(args.runs[0], 'curves')
     written = plot_scalar_curves(runs, out)

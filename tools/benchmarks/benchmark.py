@@ -46,7 +46,14 @@ def main(argv: Optional[List[str]] = None) -> Any:
         nargs=argparse.REMAINDER,
         help="the command's options (COMMAND --help lists them)")
     args = parser.parse_args(argv)
-    return command_module(args.command).main(args.options)
+    result = command_module(args.command).main(args.options)
+    rows = result.get('rows', []) if isinstance(result, dict) else []
+    failed = [r for r in rows if r.get('status', 'ok') != 'ok']
+    if failed:  # printed and written; the exit status says it too
+        raise SystemExit(f'{args.command}: {len(failed)} of {len(rows)} rows '
+                         'failed: ' + ', '.join(
+                             str(r.get('config', r)) for r in failed[:5]))
+    return result
 
 
 if __name__ == '__main__':

@@ -89,3 +89,22 @@ def test_health_figures_are_drawn(tmp_path, load_tool):
     for path in written:
         with open(path, 'rb') as f:
             assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_runs_with_the_same_folder_name_stay_apart(tmp_path, load_tool,
+                                                   monkeypatch):
+    """a/mocov2 and b/mocov2 were both labelled 'mocov2': one dict key, one
+    line drawn for two runs."""
+    tool = load_tool('analysis_tools/plot_curves')
+    drawn = {}
+    monkeypatch.setattr(tool, 'plot_scalar_curves',
+                        lambda runs, out: drawn.update(runs) or ['x.png'])
+    for name in ('a', 'b'):
+        write_scalars(tmp_path / name / 'mocov2')
+    runs = [str(tmp_path / n / 'mocov2') for n in ('a', 'b')]
+    tool.main(runs)
+    assert sorted(drawn) == ['a/mocov2', 'b/mocov2']
+    with pytest.raises(SystemExit, match='given twice'):
+        tool.main([runs[0], runs[0] + '/'])
+    with pytest.raises(SystemExit, match='one distinct label per run'):
+        tool.main(runs + ['--labels', 'same', 'same'])

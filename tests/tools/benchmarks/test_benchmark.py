@@ -48,3 +48,17 @@ def test_runs_as_a_script_from_the_repository_root():
                          check=True).stdout
     assert out.startswith('usage: benchmark.py momentum-update')
     assert '--repeats' in out
+
+
+def test_a_failed_row_is_a_non_zero_exit(load_tool, monkeypatch):
+    """detection-zoo reports a failed config in its row; the command
+    exited 0 all the same."""
+    cli = load_tool('benchmarks/benchmark')
+    module = cli.command_module('detection-zoo')
+    rows = [dict(config='a.py', status='ok'), dict(config='b.py', status='ok')]
+    monkeypatch.setattr(module, 'main', lambda argv: dict(rows=rows))
+    assert cli.main(['detection-zoo'])['rows'] == rows
+    rows[1]['status'] = 'kernel `nms` not served'
+    with pytest.raises(SystemExit, match='1 of 2 rows failed: b.py') as info:
+        cli.main(['detection-zoo'])
+    assert info.value.code != 0
