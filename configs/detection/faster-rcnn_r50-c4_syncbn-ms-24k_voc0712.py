@@ -169,6 +169,11 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 custom_hooks = [
     dict(type='DetectionPreciseBNHook', num_iters=200, interval=max_iters)
 ]
+# mocoplug's checks on mmdet's runtime (in mmdet's tools too): the total
+# batch against this 8 x 2 recipe, before the first step (--auto-scale-lr
+# scales the lr), and a stop at the first non-finite loss
 default_hooks = dict(
-    checkpoint=dict(by_epoch=False, interval=4000, max_keep_ckpts=3))
+    checkpoint=dict(by_epoch=False, interval=4000, max_keep_ckpts=3),
+    config_check=dict(type='MoCoConfigCheckHook'),
+    non_finite_loss=dict(type='NonFiniteLossHook'))
 log_processor = dict(by_epoch=False)

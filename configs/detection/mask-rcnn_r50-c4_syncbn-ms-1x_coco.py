@@ -106,4 +106,10 @@ optim_wrapper = dict(
 # epoch, train_cfg.val_interval), replace the BN running statistics by
 # their average over 200 training batches.
 custom_hooks = [dict(type='DetectionPreciseBNHook', num_iters=200, interval=1)]
-default_hooks = dict(checkpoint=dict(max_keep_ckpts=3))
+# mocoplug's checks on mmdet's runtime (in mmdet's tools too): the total
+# batch against this 8 x 2 recipe, before the first step (--auto-scale-lr
+# scales the lr), and a stop at the first non-finite loss
+default_hooks = dict(
+    checkpoint=dict(max_keep_ckpts=3),
+    config_check=dict(type='MoCoConfigCheckHook'),
+    non_finite_loss=dict(type='NonFiniteLossHook'))

@@ -87,4 +87,10 @@ optim_wrapper = dict(
     # detectron2's SOLVER.WEIGHT_DECAY_NORM = 0: no decay on norm layers
     paramwise_cfg=dict(norm_decay_mult=0.))
 
-default_hooks = dict(checkpoint=dict(max_keep_ckpts=3))
+# mocoplug's checks on mmdet's runtime (in mmdet's tools too): the total
+# batch against this 8 x 2 recipe, before the first step (--auto-scale-lr
+# scales the lr), and a stop at the first non-finite loss
+default_hooks = dict(
+    checkpoint=dict(max_keep_ckpts=3),
+    config_check=dict(type='MoCoConfigCheckHook'),
+    non_finite_loss=dict(type='NonFiniteLossHook'))

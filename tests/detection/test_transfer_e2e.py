@@ -156,7 +156,18 @@ def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
     # the loading report of both initialisers, and precise BN
     assert "ResNet loaded 258/258 tensors" in log
     assert 'ResLayerExtraNorm loaded 60/65 tensors' in log
-    assert 'missing (kept their init): norm.* (5)' in log
+    assert 'kept their init (keep_init): norm.* (5)' in log
+    # on one process, 2 images a step: the 8 x 2 recipe's rules, before
+    # the first step; mocoplug's hooks on mmdet's runtime
+    recipe = log.index('this config is a recipe for 16 images an optimizer '
+                       'step (auto_scale_lr.base_batch_size) and this run '
+                       'takes 2 (1 process x batch 2); the lr stays 0.02')
+    assert recipe < log.index('Saving checkpoint at 2 iterations')
+    for rule in ('lr x 0.125: pass --auto-scale-lr',
+                 'train_cfg.max_iters and the lr milestones x 8'):
+        assert rule in log[recipe:recipe + 900], rule
+    assert {'MoCoConfigCheckHook', 'NonFiniteLossHook'
+            } <= {type(h).__name__ for h in runner.hooks}
     assert 'BN statistics recomputed over 1 training batches' in log
     assert_kernels(served_kernel_calls, RCNN_KERNELS)
 

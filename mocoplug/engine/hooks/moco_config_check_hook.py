@@ -9,7 +9,7 @@ from mmengine.dataset import BaseDataset, DefaultSampler, InfiniteSampler
 from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.runner import Runner
+from mmengine.runner import IterBasedTrainLoop, Runner
 from mmpretrain.datasets.samplers import RepeatAugSampler
 from mmpretrain.datasets.transforms import PackInputs
 from mmpretrain.utils import get_ori_model
@@ -266,10 +266,49 @@ def warn_in_batch_negatives(model: nn.Module, counts: int, keys: int) -> bool:
     return True
 
 
+def warn_recipe_batch(runner: Runner) -> Optional[str]:
+    """Warn (and return the warning) when the images of an optimizer step
+    differ from the config's recipe (``auto_scale_lr.base_batch_size``) and
+    the lr is not scaled to them: the detection configs are 8 x 2."""
+    scale = runner.cfg.get('auto_scale_lr') or {}
+    base = scale.get('base_batch_size')
+    loader = runner.train_dataloader
+    world_size = get_world_size()
+    batch = loader_batch_size(loader)
+    images = world_size * batch * accumulative_counts(runner.optim_wrapper)
+    if not base or scale.get('enable', False) or images == base:
+        return None
+    ratio = images / base
+    wrappers = getattr(runner.optim_wrapper, 'optim_wrappers',
+                       {'': runner.optim_wrapper})
+    lrs = dict.fromkeys(
+        group.get('initial_lr', group['lr']) for wrapper in wrappers.values()
+        for group in wrapper.optimizer.param_groups)
+    message = (
+        f'this config is a recipe for {base} images an optimizer step '
+        f'(auto_scale_lr.base_batch_size) and this run takes {images} '
+        f'({world_size} process{"es" if world_size > 1 else ""} x batch '
+        f'{batch}); the lr stays {", ".join(f"{x:g}" for x in lrs)}. The '
+        'linear scaling rule gives lr x '
+        f'{ratio:g}: pass --auto-scale-lr to tools/train.py (or set '
+        'auto_scale_lr.enable=True)')
+    if isinstance(runner.train_loop, IterBasedTrainLoop):
+        message += (
+            f'; {runner.max_iters} iterations then cover {ratio:g} of the '
+            f"recipe's images: train_cfg.max_iters and the lr milestones x "
+            f'{1 / ratio:g} keep its epochs')
+    if world_size == 1 and 'SyncBN' in str(runner.cfg.get('model')):
+        message += (f'; on one process SyncBN is BN over the {batch} images '
+                    'of a batch')
+    print_log(message + '.', logger='current', level=logging.WARNING)
+    return message
+
+
 @HOOKS.register_module()
 class MoCoConfigCheckHook(Hook):
     """Check a MoCo training setup with this module's functions before the
-    first batch is loaded; other models are left alone."""
+    first batch is loaded; of other models (linear, detection) only the
+    total batch against the recipe's (``warn_recipe_batch``)."""
 
     priority = 'VERY_HIGH'  # before hooks that read data in before_train
 
@@ -284,6 +323,7 @@ class MoCoConfigCheckHook(Hook):
                 'and strategy from the config.')
 
     def before_train(self, runner: Runner) -> None:
+        warn_recipe_batch(runner)
         model = get_ori_model(runner.model)
         if not hasattr(model, 'momentum_pairs'):  # not a MoCo model
             return

@@ -72,8 +72,9 @@ class MoCoPretrainedInit(PretrainedInit):
             and k[len(layout[1]):].startswith(self.unread)
         ]
         print_log(
-            f'Pretrained: {name} loaded all {len(loaded)} tensors from '
-            f'{self.checkpoint} ({layout[0]}, prefix {layout[1]!r})' +
+            f'Pretrained: {name} loaded {len(loaded)}/'
+            f'{len(module.state_dict())} tensors from {self.checkpoint} '
+            f'({layout[0]}, prefix {layout[1]!r})' +
             (f'; kept their init (keep_init): {prefixes(kept, 1)}' if kept else
              '') + (f'; left for other modules (unread): {prefixes(left, 2)}'
                     if left else ''),

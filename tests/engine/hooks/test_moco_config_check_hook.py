@@ -406,3 +406,45 @@ def test_moco_v3_with_accumulation_warns_of_its_in_batch_negatives(
         'MoCoV3 with optim_wrapper.accumulative_counts=4: the in-batch '
         'negatives of each query are the 64 keys of its micro-batch '
         '(processes x batch), not the 256 images of an optimizer step')
+
+
+def test_a_total_batch_other_than_the_recipes_is_warned(monkeypatch):
+    """The detection configs are 8 x 2 (auto_scale_lr.base_batch_size 16,
+    enable False): on one process of 2 images the lr stayed 0.02 without a
+    word. Equal totals, or the lr scaled by auto_scale_lr, say nothing."""
+    from types import SimpleNamespace
+
+    from mmengine.optim import OptimWrapper
+    from mmengine.runner import EpochBasedTrainLoop
+    warnings = []
+    monkeypatch.setattr(
+        check_hook, 'print_log',
+        lambda msg, logger=None, level=None: warnings.append(msg))
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
+
+    def runner(batch, counts=1, enable=False, loop=EpochBasedTrainLoop):
+        return SimpleNamespace(
+            cfg=Config(
+                dict(
+                    auto_scale_lr=dict(enable=enable, base_batch_size=16),
+                    model=dict(norm_cfg=dict(type='SyncBN')))),
+            train_dataloader=SimpleNamespace(batch_size=batch),
+            optim_wrapper=OptimWrapper(optimizer, accumulative_counts=counts),
+            train_loop=object.__new__(loop),
+            max_iters=100)
+
+    message = check_hook.warn_recipe_batch(runner(2))
+    assert warnings == [message + '.']
+    for part in ('recipe for 16 images', 'takes 2 (1 process x batch 2)',
+                 'the lr stays 0.02', 'lr x 0.125: pass --auto-scale-lr',
+                 'SyncBN is BN over the 2 images'):
+        assert part in message, part
+    assert 'max_iters' not in message  # epochs: the iterations follow
+    from mmengine.runner import IterBasedTrainLoop
+    assert 'max_iters and the lr milestones x 8' in check_hook.\
+        warn_recipe_batch(runner(2, loop=IterBasedTrainLoop))
+    warnings.clear()
+    for quiet in (runner(16), runner(4, counts=4), runner(2, enable=True)):
+        assert check_hook.warn_recipe_batch(quiet) is None
+    assert warnings == []
