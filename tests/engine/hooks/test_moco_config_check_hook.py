@@ -418,7 +418,8 @@ def test_a_total_batch_other_than_the_recipes_is_warned(monkeypatch):
     from mmengine.runner import EpochBasedTrainLoop
     warnings = []
     monkeypatch.setattr(
-        check_hook, 'print_log',
+        check_hook,
+        'print_log',
         lambda msg, logger=None, level=None: warnings.append(msg))
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
