@@ -166,8 +166,9 @@ def test_voc_faster_rcnn_c4_from_mocov2(tiny_det_data, mocov2_r50_checkpoint,
     for rule in ('lr x 0.125: pass --auto-scale-lr',
                  'train_cfg.max_iters and the lr milestones x 8'):
         assert rule in log[recipe:recipe + 900], rule
-    assert {'MoCoConfigCheckHook', 'NonFiniteLossHook'
-            } <= {type(h).__name__ for h in runner.hooks}
+    assert {'MoCoConfigCheckHook',
+            'NonFiniteLossHook'} <= {type(h).__name__
+                                     for h in runner.hooks}
     assert 'BN statistics recomputed over 1 training batches' in log
     assert_kernels(served_kernel_calls, RCNN_KERNELS)
 
