@@ -10,6 +10,9 @@ own tools, a user's script, ``torchrun`` and data-loader workers):
 2. mmengine 0.10.7 cannot load its own checkpoints under torch >= 2.6:
    when ``mmengine.runner.checkpoint`` is imported, its local loader is
    replaced (:mod:`mocoplug_site.checkpoint`).
+3. mmengine's ``mmcv_full_available`` and mmcv's ``check_ops_exist`` keep
+   their answer (a compiled ``mmcv._ext`` on disk), which the served
+   kernels would otherwise change (:func:`compiled_mmcv_ext`).
 
 Installing mocoplug installs ``mocoplug-site.pth``, which Python's ``site``
 runs at start-up: it calls :func:`install`, which puts :class:`SiteFinder`
@@ -29,6 +32,11 @@ import sys
 EXT = 'mmcv._ext'
 CHECKPOINT = 'mmengine.runner.checkpoint'
 SWITCH = 'MOCOPLUG_SITE_HOOK'
+# the "is mmcv compiled?" probes, which would find the served kernels
+PROBES = {
+    'mmengine.utils.dl_utils.misc': 'mmcv_full_available',
+    'mmcv.utils.ext_loader': 'check_ops_exist',
+}
 
 
 class _ServedLoader:
@@ -64,12 +72,33 @@ def _patch_checkpoint_loader() -> None:
     register_checkpoint_loader()
 
 
+def compiled_mmcv_ext() -> bool:
+    """Whether mmcv imports and has a compiled ``mmcv._ext`` on disk (the
+    served kernels are not one): mmengine's ``mmcv_full_available`` and
+    mmcv's ``check_ops_exist`` answer this, as without mocoplug."""
+    try:
+        import mmcv
+    except ImportError:
+        return False
+    return importlib.machinery.PathFinder.find_spec(
+        EXT, list(getattr(mmcv, '__path__', []))) is not None
+
+
+def _patch_probe(name: str):
+
+    def patch() -> None:
+        setattr(sys.modules[name], PROBES[name], compiled_mmcv_ext)
+
+    return patch
+
+
 class SiteFinder:
-    """First in ``sys.meta_path``; acts on ``mmcv._ext`` and
-    ``mmengine.runner.checkpoint`` only, by asking the finders after it."""
+    """First in ``sys.meta_path``; acts on ``mmcv._ext``,
+    ``mmengine.runner.checkpoint`` and the ``PROBES`` modules only, by
+    asking the finders after it."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in (EXT, CHECKPOINT):
+        if fullname not in (EXT, CHECKPOINT) and fullname not in PROBES:
             return None
         spec = None
         for finder in sys.meta_path:
@@ -82,8 +111,9 @@ class SiteFinder:
                 spec = importlib.machinery.ModuleSpec(EXT, _ServedLoader())
             return spec
         if spec is not None and spec.loader is not None:
-            spec.loader = _PatchAfterLoading(spec.loader,
-                                             _patch_checkpoint_loader)
+            spec.loader = _PatchAfterLoading(
+                spec.loader, _patch_checkpoint_loader
+                if fullname == CHECKPOINT else _patch_probe(fullname))
         return spec
 
 

@@ -16,14 +16,19 @@ import types
 
 import torch
 import torch.nn.functional as F
-import torchvision
-from torchvision.ops import nms as torchvision_nms
-from torchvision.ops import roi_align as torchvision_roi_align
 
 EXT_NAME = 'mmcv._ext'
 FULL_MMCV = ('`make setup-full` (mmcv 2.1.0 compiled with its ops; on a '
              'machine with the CUDA toolkit it builds the CUDA kernels, '
              'FORCE_CUDA=1)')
+
+
+def _torchvision_ops():
+    """``torchvision.ops`` (which registers ``torch.ops.torchvision``),
+    imported at the first served kernel call: a process that never calls
+    one never imports torchvision for them."""
+    import torchvision.ops
+    return torchvision.ops
 
 
 class MMCVOpNotServedError(RuntimeError):
@@ -39,7 +44,7 @@ def nms(boxes, scores, iou_threshold: float, offset: int):
     sides are ``x2 - x1 + offset``."""
     if offset:  # the same IoU as the boxes grown by `offset` at x2, y2
         boxes = torch.cat([boxes[:, :2], boxes[:, 2:] + offset], dim=1)
-    return torchvision_nms(boxes, scores, iou_threshold)
+    return _torchvision_ops().nms(boxes, scores, iou_threshold)
 
 
 def _check_avg(pool_mode: int) -> None:
@@ -57,9 +62,10 @@ def roi_align_forward(input, rois, output, argmax_y, argmax_x,
     """RoIAlign of ``rois`` (``(K, 5)``: batch index, x1, y1, x2, y2) into
     ``output``; average pooling only (the argmax buffers stay unused)."""
     _check_avg(pool_mode)
-    output.copy_(
-        torchvision_roi_align(input, rois, (aligned_height, aligned_width),
-                              spatial_scale, sampling_ratio, aligned))
+    output.copy_(_torchvision_ops().roi_align(input, rois,
+                                              (aligned_height, aligned_width),
+                                              spatial_scale, sampling_ratio,
+                                              aligned))
 
 
 def roi_align_backward(grad_output, rois, argmax_y, argmax_x, grad_input,
@@ -69,6 +75,7 @@ def roi_align_backward(grad_output, rois, argmax_y, argmax_x, grad_input,
     """The gradient of RoIAlign with respect to its input."""
     _check_avg(pool_mode)
     n, c, h, w = grad_input.shape
+    _torchvision_ops()
     grad_input.copy_(
         torch.ops.torchvision._roi_align_backward(grad_output, rois,
                                                   spatial_scale,
@@ -100,6 +107,7 @@ def _deform(input,
         bias = weight.new_zeros(weight.shape[0])
     args = (input, weight, offset, mask, bias, *stride, *pad, *dilation, group,
             deform_group, use_mask)
+    _torchvision_ops()
     if grad_output is None:
         return torch.ops.torchvision.deform_conv2d(*args)
     return torch.ops.torchvision._deform_conv2d_backward(grad_output, *args)
@@ -291,6 +299,7 @@ class ServedOps(types.ModuleType):
 
     @staticmethod
     def get_compiler_version() -> str:
+        import torchvision
         return f'torchvision {torchvision.__version__} (served by mocoplug)'
 
     @staticmethod

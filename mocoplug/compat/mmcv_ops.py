@@ -3,10 +3,12 @@
 (docs/design_notes.md#mmcvs-ops-from-torchvision)."""
 import importlib
 import sys
+import warnings
 from typing import Optional
 
 import torch
 
+from mocoplug_site import compiled_mmcv_ext
 from mocoplug_site.mmcv_ext import (EXT_NAME, FULL_MMCV, SERVED,
                                     MMCVOpNotServedError, ServedOps)
 
@@ -30,6 +32,15 @@ def serve_mmcv_ops() -> Optional[ServedOps]:
     try:  # the .pth hook's finder serves mmcv-lite here
         ext = importlib.import_module(EXT)
     except ImportError as error:  # no hook, or built for another torch
+        if compiled_mmcv_ext():  # one is installed and fails: say so
+            warnings.warn(
+                f'the compiled mmcv._ext of this mmcv fails to import '
+                f'({type(error).__name__}: {error}); mocoplug serves its '
+                f'kernels instead ({", ".join(SERVED)}), the others raise. '
+                f'Reinstall mmcv for torch {torch.__version__} '
+                f'({FULL_MMCV}) or install mmcv-lite.',
+                RuntimeWarning,
+                stacklevel=2)
         ext = sys.modules[EXT] = ServedOps(str(error))
     return ext if isinstance(ext, ServedOps) else None
 

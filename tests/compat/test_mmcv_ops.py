@@ -357,6 +357,56 @@ def test_site_hook_leaves_a_compiled_extension_alone(tmp_path):
         lite=['True', 'ServedOps', 'None'])
 
 
+PROBE_SCRIPT = (
+    'import sys\n'
+    'sys.path.insert(0, sys.argv[1]) if len(sys.argv) > 1 else None\n'
+    'from mmengine.utils.dl_utils import mmcv_full_available\n'
+    'import mmcv._ext\n'
+    "print(mmcv_full_available(), 'torchvision' in sys.modules, end=' ')\n"
+    'if len(sys.argv) == 1:\n'
+    '    import torch\n'
+    '    from mmcv.ops import nms\n'
+    '    from mmcv.utils.ext_loader import check_ops_exist\n'
+    '    nms(torch.zeros(1, 4), torch.ones(1), 0.5)\n'
+    "    print(check_ops_exist(), 'torchvision' in sys.modules)\n")
+
+
+def test_site_hook_keeps_the_full_mmcv_answers(tmp_path):
+    """With the served kernels in place, mmengine's mmcv_full_available and
+    mmcv's check_ops_exist still answer whether a compiled mmcv._ext is on
+    disk (True made mmengine import all of mmcv.ops in every optimizer
+    build), and torchvision is imported at the first served kernel call."""
+    if compiled_mmcv() is not None:
+        pytest.skip('a compiled mmcv is installed: nothing is served')
+    run = functools.partial(subprocess.run, capture_output=True, text=True)
+    out = run([sys.executable, '-c', PROBE_SCRIPT])
+    assert out.stdout.split() == ['False', 'False', 'False', 'True'], \
+        out.stderr[-2000:]
+    (tmp_path / 'mmcv').mkdir()
+    (tmp_path / 'mmcv' / '__init__.py').write_text('')
+    (tmp_path / 'mmcv' / '_ext.py').write_text('')
+    out = run([sys.executable, '-c', PROBE_SCRIPT, str(tmp_path)])
+    assert out.stdout.split() == ['True', 'False'], out.stderr[-2000:]
+
+
+def test_a_compiled_extension_that_fails_to_import_is_warned(monkeypatch):
+    """A compiled mmcv._ext built for another torch used to be replaced by
+    the served kernels without a word."""
+    import warnings
+    monkeypatch.setitem(sys.modules, 'mmcv._ext', None)  # import fails
+    monkeypatch.setattr(mmcv_ops, 'compiled_mmcv_ext', lambda: True)
+    with pytest.warns(
+            RuntimeWarning,
+            match='compiled mmcv._ext of this '
+            'mmcv fails to import .*mocoplug serves its kernels'):
+        assert isinstance(mmcv_ops.serve_mmcv_ops(), ServedOps)
+    monkeypatch.setitem(sys.modules, 'mmcv._ext', None)
+    monkeypatch.setattr(mmcv_ops, 'compiled_mmcv_ext', lambda: False)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # mmcv-lite: served, no warning
+        assert isinstance(mmcv_ops.serve_mmcv_ops(), ServedOps)
+
+
 class _CPUOnlyExt:
 
     @staticmethod
