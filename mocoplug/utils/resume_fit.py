@@ -114,9 +114,9 @@ def check_resume_fits(
         '\nResume with the config the checkpoint was written with (a copy '
         'is the text of the checkpoint\'s meta["cfg"]). For a new run from '
         'these weights: a MoCo model takes model.encoders_from=CHECKPOINT '
-        '(both encoders, the queue refilled); another model '
-        'load_from=CHECKPOINT without resume (it loads the tensors that '
-        'fit, lists the others and starts at iteration 0).')
+        '(both encoders, the queue refilled); another model\'s backbone '
+        'pretrained=CHECKPOINT (its init_cfg states a partial start: '
+        'keep_init, unread).')
 
 
 def check_load_from_fits(model: nn.Module, checkpoint: Mapping[str, Any],

@@ -53,11 +53,13 @@ def test_header_gives_the_command_and_pretrained_is_an_option(config):
 
 def test_moco_initialisation_of_backbone_and_c4_res5(config):
     path, cfg = config
+    # C4: the backbone leaves res5 to the shared head, stated
     assert cfg.model.backbone.init_cfg == dict(
         type='Pretrained',
         _scope_='mocoplug',
         checkpoint=None,
-        prefix='backbone.')
+        prefix='backbone.',
+        **(dict(unread=['layer4.']) if is_c4(path) else {}))
     cfg = copy.deepcopy(cfg)
     cfg.pretrained = 'moco.pth'
     expected = 2 if is_c4(path) else 1
@@ -67,6 +69,10 @@ def test_moco_initialisation_of_backbone_and_c4_res5(config):
         head = cfg.model.roi_head.shared_head
         assert head.type == 'ResLayerExtraNorm'
         assert head.init_cfg.checkpoint == 'moco.pth'
+        assert head.init_cfg.keep_init == ['norm.']  # the extra norm
+        assert head.init_cfg.unread == [
+            'conv1.', 'bn1.', 'layer1.', 'layer2.', 'layer3.'
+        ]
 
 
 def test_torchvision_style_input_is_read_by_the_model(config):

@@ -5,6 +5,7 @@ Mask R-CNN from three inits -> table, JSON, figure)."""
 import glob
 import json
 import os.path as osp
+import re
 import sys
 
 import pytest
@@ -108,10 +109,11 @@ def test_demo_pipeline_end_to_end(demo, tmp_path):
     for init in ('moco', 'supervised'):
         with open(tmp_path / 'voc4' / f'{init}-0' / 'run.log') as f:
             log = f.read()
-        assert 'missing (kept their init): norm.* (5)' in log
-        assert log.count('missing (kept their init)') == 1
+        assert 'kept their init (keep_init): norm.* (5)' in log
+        assert log.count('kept their init (keep_init)') == 1
+        assert re.search(r'ResNet loaded (\d+)/\1 tensors', log)  # all
     with open(tmp_path / 'voc4' / 'random-0' / 'run.log') as f:
-        assert 'missing (kept their init)' not in f.read()
+        assert 'Pretrained: ' not in f.read()
     # held-out digits only in the test scenes: 4 scenes, VOC and COCO
     assert len(glob.glob(str(tmp_path / 'data/coco/test2017/*.jpg'))) == 4
     with open(tmp_path / 'data/VOCdevkit/VOC2007/ImageSets/Main/test.txt') \

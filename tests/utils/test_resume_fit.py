@@ -102,7 +102,7 @@ def test_every_kind_of_mismatch_agrees_with_torch_and_is_listed():
                               'does not fit this model')
     assert f':\n{listing}\nResume with the config the checkpoint was ' \
            'written with' in message
-    assert 'load_from=CHECKPOINT without resume' in message
+    assert "another model's backbone pretrained=CHECKPOINT" in message
     assert 'model.encoders_from=CHECKPOINT' in message
 
 

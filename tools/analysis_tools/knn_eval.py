@@ -127,7 +127,8 @@ def main(argv=None):
     capped = [k for k in knn['topk'] if f'top1_k{k}' not in results]
     print(f'weighted kNN (t={knn["temperature"]}) {protocol}: ' +
           ', '.join(f'{k} {v:.2f}' for k, v in results.items()) +
-          (f' (k={capped} capped at the memory size)' if capped else ''))
+          (f' (k={capped} capped at the memory size'
+           f'{" less one" if leave_one_out else ""})' if capped else ''))
     if args.out:
         os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
         with open(args.out, 'w') as f:

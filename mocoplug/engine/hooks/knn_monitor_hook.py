@@ -5,7 +5,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
-from mocoplug.evaluation import (extract_feature_shard,
+from mocoplug.evaluation import (check_one_pass, extract_feature_shard,
                                  sharded_weighted_knn_accuracy)
 from mocoplug.registry import HOOKS
 
@@ -25,7 +25,8 @@ class KNNMonitorHook(Hook):
         interval (int): Evaluate every ``interval`` epochs/iterations, and
             after the last one.
         by_epoch (bool): Count ``interval`` in epochs.
-        topk (Sequence[int]): Numbers of neighbours.
+        topk (Sequence[int]): Numbers of neighbours, each capped at the
+            memory size; logged under the k used.
         temperature (float): Vote temperature.
         num_classes (int, optional): By default the memory dataset's
             number of ``metainfo['classes']``.
@@ -60,6 +61,7 @@ class KNNMonitorHook(Hook):
             if isinstance(loader, dict):
                 setattr(self, name,
                         runner.build_dataloader(loader, seed=runner.seed))
+            check_one_pass(getattr(self, name), f'KNNMonitorHook.{name}')
         if self.num_classes is None:
             classes = self.memory_dataloader.dataset.metainfo.get('classes')
             if not classes:

@@ -84,10 +84,12 @@ def _fit(have: Dict[str, torch.Tensor],
     return have if fits else None
 
 
-def checkpoint_state(path: str, what: str) -> Dict[str, torch.Tensor]:
+def checkpoint_state(path: str,
+                     what: str,
+                     map_location: str = 'cpu') -> Dict[str, torch.Tensor]:
     """The model state of the checkpoint at ``path`` (``state_dict`` or the
     whole mapping); ValueError naming ``what`` when it holds none."""
-    ckpt = _load_checkpoint(path, map_location='cpu')
+    ckpt = _load_checkpoint(path, map_location=map_location)
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state:
         raise ValueError(f'{what}={path!r} holds no state dict')
@@ -107,12 +109,20 @@ def fit_layout(
     (``num_batches_tracked`` may be absent) at its shape and nothing else;
     timm ViT names are read as mmpretrain's. ``keep_init`` (module key
     prefixes) stay at their init, ``unread`` (checkpoint key prefixes, the
-    layout's prefix removed) are meant for other modules: both stated by
+    layout's prefix removed, the checkpoint's names) are meant for other
+    modules, ``variable_size_state`` entries are the device's: the two
+    prefixes stated by
     the caller, never inferred. Returns the layout and the tensors to load;
     ValueError naming ``what``, the layouts tried and their counts."""
+    variable = {  # a generator's state: its size is the device's
+        f'{name}.{key}' if name else key
+        for name, part in module.named_modules()
+        for key in getattr(part, 'variable_size_state', ())
+    }
     target = {
         k: v
-        for k, v in module.state_dict().items() if not k.startswith(keep_init)
+        for k, v in module.state_dict().items()
+        if not k.startswith(keep_init) and k not in variable
     }
     required = [k for k in target if not k.endswith('num_batches_tracked')]
     layouts = [lay for lay in LAYOUTS if lay[1] != prefix]
@@ -123,6 +133,9 @@ def fit_layout(
     tried = []
     for layout in layouts:
         name, where, _, _, skip = layout
+        # a classifier is skipped unless the module has one (a whole model)
+        skip = tuple(
+            s for s in skip if not any(k.startswith(s) for k in target))
         source = {
             k: v
             for k, v in _under(state, where, skip).items()
@@ -131,6 +144,11 @@ def fit_layout(
         timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
         if timm:
             source = timm_vit_as_mmpretrain(source)
+        source = {
+            k: v
+            for k, v in source.items()
+            if not k.startswith(keep_init) and k not in variable
+        }
         loaded = {
             k: v
             for k, v in source.items()
@@ -203,7 +221,7 @@ def load_encoder_checkpoint(
             f"fresh: the checkpoint's {head}* ({len(have)} tensors) does not "
             f'fit' if have else 'fresh: the checkpoint has none')
     # a bare backbone's classifier (a layout without heads) is not read
-    left = UNREAD + (() if heads or preds else skip)
+    left = UNREAD + (() if heads or preds else tuple(prefix + s for s in skip))
     unread = [k for k in state if k not in read and not k.startswith(left)]
     print_log(
         f'encoders_from: both encoders start from {path} ({len(required)} '

@@ -55,7 +55,8 @@ class MoCoPretrainedInit(PretrainedInit):
                 "the config's runner_type, which routes `pretrained`.")
         name = type(module).__name__
         what = f'Pretrained (init_cfg of {name}): {self.checkpoint!r}'
-        state = checkpoint_state(self.checkpoint, 'init_cfg.checkpoint')
+        state = checkpoint_state(self.checkpoint, 'init_cfg.checkpoint',
+                                 self.map_location)
         try:
             layout, loaded = fit_layout(state, module, what, self.prefix,
                                         self.keep_init, self.unread)

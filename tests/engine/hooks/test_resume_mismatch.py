@@ -1,7 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """A resume whose checkpoint does not fit the model stops before training
-(ExactResumeHook + mocoplug.utils.resume_fit); so does a load_from into a
-MoCo model that would leave its key encoder or queue unloaded. On
+(ExactResumeHook + mocoplug.utils.resume_fit); so does a load_from that
+would leave a tensor unloaded (here: a MoCo model's key encoder or queue;
+a classifier's head: tests/configs/test_folder_evaluation.py). On
 the digits config, one iteration per epoch."""
 import os
 import subprocess

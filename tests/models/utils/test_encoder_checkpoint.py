@@ -101,6 +101,11 @@ def layouts(q, k):
         classifier,
         'extracted-backbone':
         dict(state_dict=backbone),
+        # a torchvision classifier saved inside nn.DataParallel
+        'dataparallel': {
+            f'module.{n}': v
+            for n, v in classifier.items()
+        },
     }
 
 
@@ -119,7 +124,8 @@ def moco(path):
 
 
 @pytest.mark.parametrize('layout', [
-    'official-v1v2', 'mocoplug-mmpretrain', 'torchvision', 'extracted-backbone'
+    'official-v1v2', 'mocoplug-mmpretrain', 'torchvision',
+    'extracted-backbone', 'dataparallel'
 ])
 def test_each_layout_starts_both_encoders(tmp_path, monkeypatch, layout):
     q, k = reference()
@@ -135,7 +141,7 @@ def test_each_layout_starts_both_encoders(tmp_path, monkeypatch, layout):
             if not name.endswith('num_batches_tracked'):
                 assert torch.equal(value, q[name]), name
     mlp = [v for n, v in q.items() if n.startswith('fc.')]
-    with_projection = layout not in ('torchvision', 'extracted-backbone')
+    with_projection = layout in ('official-v1v2', 'mocoplug-mmpretrain')
     for neck in (model.neck, model.momentum_encoder.neck):
         loaded = [
             torch.equal(a, b) for a, b in zip(neck.state_dict().values(), mlp)

@@ -241,3 +241,31 @@ def test_a_c4_detector_checkpoint_into_a_resnet50_is_refused(
     r50 = ResNet(depth=50, init_cfg=moco_init(str(path)))
     with pytest.raises(ValueError, match=r'\(backbone\.\): 215/265'):
         r50.init_weights()
+
+
+def test_a_whole_classifier_and_a_stated_keep_init_load(tmp_path):
+    """A module with a classifier of its own (an ImageClassifier's state
+    without prefix) takes its head.* too; keep_init keys present in the
+    checkpoint are left at their init, not refused."""
+    from mmpretrain.models import ImageClassifier
+    torch.manual_seed(0)
+
+    def classifier(**init):
+        return ImageClassifier(
+            backbone=dict(type='ResNet', depth=18),
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(type='LinearClsHead', num_classes=3, in_channels=512),
+            init_cfg=init or None)
+
+    source = classifier()
+    path = tmp_path / 'classifier.pth'
+    torch.save(dict(state_dict=source.state_dict()), path)
+    target = classifier(**moco_init(str(path), prefix=''))
+    target.init_weights()
+    assert_loaded(target, source.state_dict())
+    fresh = classifier(**moco_init(str(path), prefix=''), keep_init=['head.'])
+    fresh.init_weights()  # the head: its own init_cfg, N(0, 0.01)
+    assert not torch.equal(fresh.head.fc.weight, source.head.fc.weight)
+    assert fresh.head.fc.weight.std() < 0.02
+    assert torch.equal(fresh.backbone.conv1.weight,
+                       source.backbone.conv1.weight)

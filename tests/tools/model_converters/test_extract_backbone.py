@@ -118,6 +118,8 @@ def test_official_v3_vit_exports_mmpretrain_names_only(tmp_path, load_tool):
     path, vit, _, _ = official_vit_checkpoint(tmp_path)
     out = tmp_path / 'vit.pth'
     load_tool(EXTRACT).main([path, str(out)])
+    saved = torch.load(out)['state_dict']
+    assert set(saved) == {f'backbone.{k}' for k in vit.state_dict()}
     target = MODELS.build(
         dict(
             TINY_VIT,
