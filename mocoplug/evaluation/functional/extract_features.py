@@ -51,7 +51,8 @@ def extract_feature_shard(model: nn.Module,
                           dataloader: DataLoader,
                           feature_fn: Optional[Callable[[torch.Tensor],
                                                         torch.Tensor]] = None,
-                          progress: Optional[str] = None) -> FeatureShard:
+                          progress: Optional[str] = None,
+                          labelled: bool = True) -> FeatureShard:
     """This rank's backbone features of a labelled dataset (eval mode, the
     model's device); the sampler splits as ``DefaultSampler``.
 
@@ -62,6 +63,7 @@ def extract_feature_shard(model: nn.Module,
         feature_fn (callable, optional): Replaces ``model.extract_feat``.
         progress (str, optional): A name: rank 0 then logs the images done
             (all ranks) and images/s every tenth of the batches.
+        labelled (bool): False reads unlabelled images (labels -1).
 
     Returns:
         FeatureShard: Sorted by dataset index.
@@ -80,13 +82,15 @@ def extract_feature_shard(model: nn.Module,
     try:
         for data in dataloader:
             samples = data['data_samples']
-            if not samples or 'gt_label' not in samples[0]:
+            if labelled and (not samples or 'gt_label' not in samples[0]):
                 raise ValueError('kNN evaluation needs labelled images (no '
                                  'gt_label): e.g. with_label=True')
             # rows at positions >= size are the sampler's padding; the
             # positions increase, so the real rows are a prefix
             real = len(range(position, size, world_size)[:len(samples)])
-            labels += [int(s.gt_label) for s in samples[:real]]
+            labels += [
+                int(s.gt_label) if labelled else -1 for s in samples[:real]
+            ]
             ids += [
                 int(s.get('sample_idx', position + world_size * i))
                 for i, s in enumerate(samples[:real])

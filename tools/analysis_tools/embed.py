@@ -1,0 +1,213 @@
+# Copyright (c) mocoplug contributors. All rights reserved.
+"""Embed every image of a folder (recursive, no labels needed) with the
+query encoder of a MoCo checkpoint, or with the same network at random init
+(CHECKPOINT ``none``): pooled backbone features and projection embeddings,
+with the paths, in one .npz (docs/user_guides/evaluation.md)."""
+import argparse
+import csv
+import importlib.util
+import os
+import os.path as osp
+from functools import partial
+from typing import List
+
+import numpy as np
+import torch
+from mmengine.config import Config
+from mmengine.dataset import Compose, DefaultSampler, default_collate
+from mmengine.dist import all_gather_object, get_dist_info
+from mmengine.registry import DefaultScope
+from mmengine.runner import set_random_seed
+from torch.utils.data import DataLoader, Dataset
+
+import mocoplug  # noqa: F401
+from mocoplug.datasets.image_check import (check_image, find_images,
+                                           quiet_decoder_warnings)
+from mocoplug.engine.runner.cpu_distributed import init_dist_for_this_machine
+from mocoplug.evaluation import (extract_feature_shard, gather_feature_shards,
+                                 pool_feature)
+from mocoplug.registry import MODELS
+from mocoplug.utils import walk_dicts
+
+_spec = importlib.util.spec_from_file_location(
+    'tools_train',
+    osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'train.py'))
+train = importlib.util.module_from_spec(_spec)  # its launch options
+_spec.loader.exec_module(train)
+
+
+class ImageFiles(Dataset):
+    """``pipeline`` applied to each of ``paths`` (``sample_idx`` its
+    index)."""
+
+    def __init__(self, paths: List[str], pipeline: List[dict]) -> None:
+        self.paths = paths
+        with DefaultScope.overwrite_default_scope('mocoplug'):
+            self.pipeline = Compose(pipeline)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.pipeline(
+            dict(img_path=self.paths[index], sample_idx=index))
+
+
+def crop_size(cfg: Config) -> int:
+    """The training crop (the first ``RandomResizedCrop``'s), else 224."""
+    sizes = []
+    walk_dicts(
+        cfg.get('train_dataloader'), lambda d: sizes.append(d.get('scale'))
+        if d.get('type') == 'RandomResizedCrop' else None)
+    walk_dicts(
+        cfg.get('view_pipeline'), lambda d: sizes.append(d.get('scale'))
+        if d.get('type') == 'RandomResizedCrop' else None)
+    return next((s for s in sizes if isinstance(s, int)), 224)
+
+
+def pipelines(cfg: Config, size: int) -> dict:
+    """The evaluation view (short edge to size x 8/7, centre crop) and, if
+    the config has ``view_pipeline``, one training view."""
+    center = [
+        dict(type='ResizeEdge', scale=round(size * 8 / 7), edge='short'),
+        dict(type='CenterCrop', crop_size=size)
+    ]
+    views = dict(center=center, view=cfg.get('view_pipeline'))
+    return {  # one view, as the MoCo data preprocessors read views
+        name: [
+            dict(type='LoadImageFromFile'),
+            dict(type='MultiView', num_views=1, transforms=[view]),
+            dict(type='PackInputs')
+        ]
+        for name, view in views.items() if view
+    }
+
+
+def _seed_worker(seed: int, worker_id: int) -> None:
+    set_random_seed(seed + worker_id)
+
+
+def checked_images(root: str) -> tuple:
+    """The images under ``root`` that decode, and the others with the
+    reason (each rank checks its share)."""
+    paths = find_images(root)
+    if not paths:
+        raise SystemExit(f'--data-root {root!r}: no image under it')
+    rank, world_size = get_dist_info()
+    quiet_decoder_warnings()
+    mine = {p: check_image(p) for p in paths[rank::world_size]}
+    if world_size > 1:
+        for other in all_gather_object(mine):
+            mine.update(other)
+    bad = [(p, mine[p]) for p in paths if mine[p] is not None]
+    return [p for p in paths if mine[p] is None], bad
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('config', help='the pretraining config')
+    parser.add_argument('checkpoint', help='a checkpoint, or none')
+    parser.add_argument('--data-root', required=True, help='image folder')
+    parser.add_argument('--out', required=True, help='.npz (or .csv) file')
+    parser.add_argument('--format', choices=('npz', 'csv'), default='npz')
+    parser.add_argument('--size', type=int, help='crop (default: training)')
+    parser.add_argument(
+        '--views', type=int, default=1, help='training views per image')
+    parser.add_argument('--batch-size', type=int, default=64)
+    parser.add_argument('--workers', type=int, default=2)
+    parser.add_argument('--seed', type=int, default=0)
+    return train.parse_launch_args(parser, argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    if not osp.isdir(args.data_root):
+        raise SystemExit(f'--data-root {args.data_root!r} is not a folder')
+    if args.launcher != 'none':
+        init_dist_for_this_machine(args.launcher,
+                                   cfg.get('env_cfg', {}).get('dist_cfg'))
+    good, bad = checked_images(args.data_root)
+    for path, reason in bad:
+        print(f'not embedded: {path}: {reason}')
+    torch.manual_seed(args.seed)  # `none`: the same random init every time
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        model_cfg = cfg.model.copy()
+        if 'data_preprocessor' in cfg:  # as the Runner gives it
+            model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+        model_cfg.encoders_from = None if args.checkpoint == 'none' \
+            else args.checkpoint
+        model = MODELS.build(model_cfg)
+        model.init_weights()
+    if torch.cuda.is_available():
+        model = model.cuda()
+
+    widths = []
+
+    def features(inputs):  # pooled backbone | projection, one row
+        feats = model.backbone(inputs[0])  # the one view
+        pooled = pool_feature(feats)
+        widths.append(pooled.shape[1])
+        return torch.cat([pooled, model.neck(feats)[0].flatten(1)], dim=1)
+
+    def embed(pipeline, name, seed):
+        dataset = ImageFiles(good, pipeline)
+        loader = DataLoader(
+            dataset,
+            args.batch_size,
+            sampler=DefaultSampler(dataset, shuffle=False),
+            num_workers=args.workers,
+            collate_fn=default_collate,
+            worker_init_fn=partial(_seed_worker, seed))
+        set_random_seed(seed)
+        shard = extract_feature_shard(
+            model, loader, features, progress=name, labelled=False)
+        return gather_feature_shards(shard).feats.numpy()
+
+    size = args.size or crop_size(cfg)
+    ways = pipelines(cfg, size)
+    rank, world_size = get_dist_info()
+    center = embed(ways['center'], 'embed', args.seed)
+    views = [
+        embed(ways['view'], f'view {v + 1}',
+              args.seed + 1000 * (v + 1) + 100 * rank)
+        for v in range(args.views if 'view' in ways else 0)
+    ]
+    if rank != 0:
+        return None
+    width = widths[0]
+    result = dict(
+        paths=np.array([osp.relpath(p, args.data_root) for p in good]),
+        backbone=center[:, :width],
+        embedding=center[:, width:],
+        views=np.stack(views) if views else np.zeros(
+            (0, ) + center.shape, np.float32),  # rows as backbone|embedding
+        width=width,
+        unreadable=np.array([osp.relpath(p, args.data_root) for p, _ in bad]),
+        reasons=np.array([r for _, r in bad]),
+        root=osp.abspath(args.data_root),
+        checkpoint=args.checkpoint,
+        config=osp.abspath(args.config),
+        size=size,
+        processes=world_size)
+    os.makedirs(osp.dirname(osp.abspath(args.out)) or '.', exist_ok=True)
+    if args.format == 'npz':
+        np.savez(args.out, **result)
+    else:
+        with open(args.out, 'w', newline='') as f:
+            rows = csv.writer(f)
+            rows.writerow(['path'] + [f'b{i}' for i in range(width)] +
+                          [f'e{i}' for i in range(center.shape[1] - width)])
+            rows.writerows([path, *(f'{x:.7g}' for x in row)]
+                           for path, row in zip(result['paths'], center))
+    print(f'embedded {len(good)} images of {args.data_root} ({size} px, '
+          f'backbone {width}, projection {center.shape[1] - width}, '
+          f'{len(views)} training views, {world_size} processes); '
+          f'{len(bad)} not readable; wrote {args.out}')
+    return result
+
+
+if __name__ == '__main__':
+    main()
