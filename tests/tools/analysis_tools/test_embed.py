@@ -166,3 +166,79 @@ def test_report_compares_the_two_and_its_figures_are_right(
         assert summary[name]['duplicates'] == len(pairs)
         assert len(summary[name]['views']) == 1
         assert 0 <= summary[name]['views'][0] <= 1
+
+
+CHECK_PAGE = """<!DOCTYPE html><html><body><iframe id="r" src="%s"
+width="1200" height="900"></iframe><pre id="result">pending</pre><script>
+window.onload = function () {
+  var doc = document.getElementById('r').contentDocument;
+  var images = Array.from(doc.images);
+  var sections = Array.from(doc.querySelectorAll('section')).map(
+    function (s) { return [s.id, s.querySelectorAll('img, p').length]; });
+  document.getElementById('result').textContent = JSON.stringify({
+    images: images.length,
+    broken: images.filter(function (i) {
+      return !(i.complete && i.naturalWidth > 0); }).map(
+      function (i) { return i.getAttribute('src'); }),
+    sections: sections});
+};
+</script></body></html>"""
+
+
+def browser():
+    import shutil
+    return next((shutil.which(n)
+                 for n in ('chromium', 'chromium-browser', 'google-chrome')
+                 if shutil.which(n)), None)
+
+
+def test_report_in_a_real_browser(embedded, load_tool, tmp_path):
+    """Headless Chromium opens the page from disk: every thumbnail and
+    figure loads (naturalWidth > 0), no section is empty; a screenshot is
+    written beside it. CI installs Chromium (.ci/run)."""
+    import json
+    import re
+    import subprocess
+    exe = browser()
+    if exe is None:
+        pytest.skip('no Chromium: apt-get install chromium (Debian) runs '
+                    'the browser test of the report')
+    tmp, _, _, _ = embedded
+    out = tmp_path / 'report'
+    load_tool('analysis_tools/embedding_report').main([
+        str(tmp / 'none.npz'), '--compare',
+        str(tmp / 'moco.npz'), '--out',
+        str(out), '--map-points', '16', '--num-queries', '3'
+    ])
+    index = (out / 'index.html').as_uri()
+    check = tmp_path / 'check.html'
+    check.write_text(CHECK_PAGE % index)
+    flags = [
+        exe, '--headless', '--no-sandbox', '--disable-gpu',
+        '--allow-file-access-from-files', '--virtual-time-budget=10000'
+    ]
+
+    def report():
+        run = subprocess.run(
+            flags + ['--dump-dom', check.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120)
+        found = re.search(r'<pre id="result">(.*?)</pre>', run.stdout, re.S)
+        assert found, run.stderr[-2000:]
+        return json.loads(found.group(1).replace('&quot;', '"'))
+
+    seen = report()
+    assert seen['images'] >= 38 and seen['broken'] == [], seen
+    assert [s for s, n in seen['sections'] if n == 0] == [], seen
+    subprocess.run(
+        flags + [
+            f'--screenshot={out / "screenshot.png"}', '--window-size=1200,900',
+            index
+        ],
+        capture_output=True,
+        timeout=120)
+    assert (out / 'screenshot.png').stat().st_size > 10000
+    thumb = next(out.glob('thumbs/*.png'))
+    thumb.unlink()
+    assert set(report()['broken']) == {'thumbs/' + thumb.name}
