@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Extract the query encoder's backbone from a MoCo checkpoint (mocoplug's,
-mmpretrain's, mmselfsup's or the official one) as mmpretrain, torchvision or
-detectron2 weights (docs/user_guides/evaluation.md)."""
+mmpretrain's, mmselfsup's or the official one) as mmpretrain, torchvision,
+detectron2 or timm weights (docs/user_guides/evaluation.md)."""
 import argparse
 import os
 import os.path as osp
@@ -21,7 +21,14 @@ from mocoplug.models.utils.encoder_checkpoint import (prefixes,
 # official code's projection head, not part of the backbone
 QUERY_PREFIXES = ('backbone.', 'module.encoder_q.', 'encoder_q.',
                   'module.base_encoder.', 'base_encoder.')
-FORMATS = ('mmpretrain', 'torchvision', 'detectron2')
+FORMATS = ('mmpretrain', 'torchvision', 'detectron2', 'timm')
+# mmpretrain's VisionTransformer -> timm's (the inverse of TIMM_VIT)
+TO_TIMM_VIT = [(r'^patch_embed\.projection\.', 'patch_embed.proj.'),
+               (r'^layers\.(\d+)\.ln(\d)\.', r'blocks.\1.norm\2.'),
+               (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
+               (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
+               (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
+               (r'^ln1\.', 'norm.')]
 
 
 def query_backbone(
@@ -96,6 +103,38 @@ def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> str:
     return f'torchvision resnet{depth}: every tensor fits'
 
 
+def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
+    """timm's names and the model that takes them whole: a torchvision
+    ResNet as timm's ``resnet*`` (the same names), mmpretrain's ViT as
+    timm's ``VisionTransformer``; SystemExit for anything else."""
+    if 'patch_embed.projection.weight' not in backbone:
+        depth = torchvision_resnet(backbone).split()[1]
+        return dict(backbone), f"timm.create_model('{depth}', num_classes=0)"
+    out = {}
+    for key, value in backbone.items():
+        for pattern, repl in TO_TIMM_VIT:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    unknown = [
+        k for k in out
+        if not k.startswith(('cls_token', 'pos_embed', 'patch_embed.proj.',
+                             'blocks.', 'norm.'))
+    ]
+    if unknown or 'norm.weight' not in out:
+        raise SystemExit(
+            "--format timm: this ViT is not timm's layout (a final norm, "
+            f'no other parts): {unknown[:4] or "no final norm (ln1)"}')
+    dim, _, patch, _ = out['patch_embed.proj.weight'].shape
+    side = round((out['pos_embed'].shape[1] - 1)**0.5) * patch
+    depth = len({k.split('.')[1] for k in out if k.startswith('blocks.')})
+    name = {(384, 12): 'vit_small', (768, 12): 'vit_base'}.get((dim, depth))
+    return out, (f"timm.create_model('{name}_patch{patch}_{side}', "
+                 'num_classes=0)' if name else
+                 f'timm.models.VisionTransformer(img_size={side}, '
+                 f'patch_size={patch}, embed_dim={dim}, depth={depth}, '
+                 'num_heads=<the checkpoint\'s>, num_classes=0)')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('checkpoint', help='MoCo checkpoint')
@@ -122,7 +161,10 @@ def main(argv=None):
     skipped = [k for k in state if not k.startswith(prefix)]
     print(f'query encoder: {len(backbone)} tensors under {prefix!r}; '
           f'left out {len(skipped)} others (key encoder, neck, queue, ...)')
-    if args.format != 'mmpretrain':
+    if args.format == 'timm':
+        backbone, target = to_timm(backbone)
+        print(f'timm: every tensor fits {target} (load_state_dict strict)')
+    elif args.format != 'mmpretrain':
         print(torchvision_resnet(backbone))
 
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
@@ -133,7 +175,7 @@ def main(argv=None):
                 state_dict=OrderedDict(
                     (f'backbone.{k}', v) for k, v in backbone.items()),
                 meta=meta), args.out)
-    elif args.format == 'torchvision':
+    elif args.format in ('torchvision', 'timm'):
         torch.save(backbone, args.out)
     else:
         with open(args.out, 'wb') as f:

@@ -136,3 +136,64 @@ def test_official_v3_vit_exports_mmpretrain_names_only(tmp_path, load_tool):
             load_tool(EXTRACT).main(
                 [path, str(tmp_path / f'vit.{fmt}'), '--format', fmt])
         assert not (tmp_path / f'vit.{fmt}').exists()
+
+
+def test_timm_format_loads_strictly_and_computes_the_same(
+        tmp_path, load_tool, r18_moco_checkpoint):
+    """ResNet-18 into timm's resnet18 and the official v3 ViT (timm names
+    renamed to mmpretrain's and back) into timm's VisionTransformer:
+    strict loads, and the features equal mmpretrain's backbone's."""
+    timm = pytest.importorskip('timm')
+    from ...models.utils.test_encoder_checkpoint import official_vit_checkpoint
+    path, model = r18_moco_checkpoint
+    out = tmp_path / 'r18_timm.pth'
+    load_tool(EXTRACT).main([path, str(out), '--format', 'timm'])
+    net = timm.create_model('resnet18', pretrained=False, num_classes=0)
+    net.load_state_dict(torch.load(out), strict=True)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    net.eval(), model.eval()
+    with torch.no_grad():
+        ours = model.backbone(x)[-1].mean((2, 3))
+        # the same convolutions and BN in the same order: float32 round-off
+        # of sums over at most 4608 products, relative ~1e-5 at most
+        torch.testing.assert_close(net(x), ours, rtol=1e-5, atol=1e-5)
+    vit_path, vit, _, _ = official_vit_checkpoint(tmp_path)
+    out = tmp_path / 'vit_timm.pth'
+    load_tool(EXTRACT).main([vit_path, str(out), '--format', 'timm'])
+    net = timm.models.VisionTransformer(
+        img_size=32,
+        patch_size=16,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        mlp_ratio=2,
+        num_classes=0)
+    exported = torch.load(out)
+    net.load_state_dict(exported, strict=True)
+    official = torch.load(vit_path)['state_dict']
+    start = 'module.base_encoder.'  # the official names, round-tripped
+    kept = {
+        k[len(start):]: v
+        for k, v in official.items()
+        if k.startswith(start) and not k.startswith(start + 'head.')
+    }
+    assert exported.keys() == kept.keys()
+    assert all(torch.equal(exported[k], kept[k]) for k in kept)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    net.eval(), vit.eval()
+    with torch.no_grad():
+        # attention in another kernel (fused against unfused): float32
+        # round-off over 5 tokens x 32 dims, values O(1): < 1e-5
+        torch.testing.assert_close(
+            net.forward_features(x)[:, 0], vit(x)[0], rtol=1e-4, atol=1e-5)
+    bad = tmp_path / 'vit_without_final_norm.pth'
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v
+                for k, v in vit.state_dict().items()
+                if not k.startswith('ln1.')
+            }), bad)
+    with pytest.raises(SystemExit, match="not timm's layout"):
+        load_tool(EXTRACT).main(
+            [str(bad), str(tmp_path / 'x.pth'), '--format', 'timm'])
