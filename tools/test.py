@@ -10,6 +10,7 @@ from mmengine.config import Config
 from mmengine.dist import get_rank
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
+from mocoplug.utils import parse_launch_args
 
 _spec = importlib.util.spec_from_file_location(
     'tools_train', osp.join(osp.dirname(osp.abspath(__file__)), 'train.py'))
@@ -23,7 +24,7 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir')
     parser.add_argument('--out', help='the metrics as JSON')
-    return train.parse_launch_args(parser, argv)
+    return parse_launch_args(parser, argv)
 
 
 def main(argv=None):

@@ -3,14 +3,14 @@
 the config's ``runner_type`` (``mocoplug.MoCoRunner``) gives its values their
 meaning, so mmpretrain's and mmdet's train.py and ``mim train`` do the same."""
 import argparse
-import os
 import os.path as osp
 
-from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.config import Config, ConfigDict
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 import mocoplug  # noqa: F401  (registers components, fixes ckpt loading)
+from mocoplug.utils import parse_launch_args
 
 
 def parse_args(argv=None):
@@ -25,25 +25,6 @@ def parse_args(argv=None):
                  '--no-persistent-workers'):
         parser.add_argument(flag, action='store_true')
     return parse_launch_args(parser, argv)
-
-
-def parse_launch_args(parser: argparse.ArgumentParser,
-                      argv=None) -> argparse.Namespace:
-    """Add ``--cfg-options``, ``--launcher``, ``--local-rank`` to ``parser``
-    (also test.py's and knn_eval.py's) and parse ``argv``."""
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        help='key=value overrides of the config')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
 
 
 def set_work_dir(cfg: Config, args: argparse.Namespace) -> None:

@@ -3,9 +3,11 @@
 routed to its ``init_cfg`` dicts (mmengine resolves variables when the file
 is read) and ``default_hooks.NAME=None`` for mocoplug's default hooks too
 (mmengine accepts None only for its own)."""
+import argparse
+import os
 from typing import Any, Callable, Dict
 
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 
 # The names Runner.register_default_hooks knows (mmengine 0.10.7).
 MMENGINE_DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
@@ -58,3 +60,22 @@ def enabled_default_hooks(hooks: Dict) -> Dict:
         for name, hook in hooks.items()
         if hook is not None or name in MMENGINE_DEFAULT_HOOKS
     }
+
+
+def parse_launch_args(parser: argparse.ArgumentParser,
+                      argv=None) -> argparse.Namespace:
+    """Add ``--cfg-options``, ``--launcher``, ``--local-rank`` to ``parser``
+    (the tools' launch options) and parse ``argv``."""
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='key=value overrides of the config')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args

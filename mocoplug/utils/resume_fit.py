@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 from mmpretrain.utils import get_ori_model
 
+from mocoplug.models.utils.encoder_checkpoint import variable_size_state
+
 # Runner.load_checkpoint's default revise_keys, which Runner.resume uses
 RESUME_REVISE_KEYS: Sequence[Tuple[str, str]] = ((r'^module.', ''), )
 MAX_LISTED = 20  # tensors listed per kind of mismatch
@@ -54,15 +56,6 @@ def compare_state_dict(model: nn.Module,
                 (name, tuple(loaded.shape), tuple(value.shape)))
     result.unexpected = [k for k in state_dict if k not in expected]
     return result
-
-
-def variable_size_state(model: nn.Module) -> set:
-    """Names of the entries whose size is the device's (a generator's)."""
-    return {
-        f'{prefix}.{key}' if prefix else key
-        for prefix, module in model.named_modules()
-        for key in getattr(module, 'variable_size_state', ())
-    }
 
 
 def format_mismatch(mismatch: StateDictMismatch) -> str:

@@ -5,7 +5,6 @@ query encoder of a MoCo checkpoint, or with the same network at random init
 with the paths, in one .npz (docs/user_guides/evaluation.md)."""
 import argparse
 import csv
-import importlib.util
 import os
 import os.path as osp
 from functools import partial
@@ -27,13 +26,7 @@ from mocoplug.engine.runner.cpu_distributed import init_dist_for_this_machine
 from mocoplug.evaluation import (extract_feature_shard, gather_feature_shards,
                                  pool_feature)
 from mocoplug.registry import MODELS
-from mocoplug.utils import walk_dicts
-
-_spec = importlib.util.spec_from_file_location(
-    'tools_train',
-    osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'train.py'))
-train = importlib.util.module_from_spec(_spec)  # its launch options
-_spec.loader.exec_module(train)
+from mocoplug.utils import parse_launch_args, walk_dicts
 
 
 class ImageFiles(Dataset):
@@ -55,12 +48,9 @@ class ImageFiles(Dataset):
 
 def crop_size(cfg: Config) -> int:
     """The training crop (the first ``RandomResizedCrop``'s), else 224."""
-    sizes = []
+    sizes = []  # view_pipeline is part of train_dataloader by now
     walk_dicts(
         cfg.get('train_dataloader'), lambda d: sizes.append(d.get('scale'))
-        if d.get('type') == 'RandomResizedCrop' else None)
-    walk_dicts(
-        cfg.get('view_pipeline'), lambda d: sizes.append(d.get('scale'))
         if d.get('type') == 'RandomResizedCrop' else None)
     return next((s for s in sizes if isinstance(s, int)), 224)
 
@@ -116,7 +106,7 @@ def parse_args(argv=None):
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--seed', type=int, default=0)
-    return train.parse_launch_args(parser, argv)
+    return parse_launch_args(parser, argv)
 
 
 def main(argv=None):
@@ -144,12 +134,12 @@ def main(argv=None):
     if torch.cuda.is_available():
         model = model.cuda()
 
-    widths = []
+    dims = {}
 
     def features(inputs):  # pooled backbone | projection, one row
         feats = model.backbone(inputs[0])  # the one view
         pooled = pool_feature(feats)
-        widths.append(pooled.shape[1])
+        dims['backbone'] = pooled.shape[1]
         return torch.cat([pooled, model.neck(feats)[0].flatten(1)], dim=1)
 
     def embed(pipeline, name, seed):
@@ -177,7 +167,7 @@ def main(argv=None):
     ]
     if rank != 0:
         return None
-    width = widths[0]
+    width = dims['backbone']
     result = dict(
         paths=np.array([osp.relpath(p, args.data_root) for p in good]),
         backbone=center[:, :width],

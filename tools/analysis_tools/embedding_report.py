@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from mocoplug.evaluation import nearest_neighbours, weighted_knn_accuracy
+from mocoplug.evaluation import nearest_neighbours, weighted_votes
 
 KNN = dict(k=20, temperature=0.07)
 
@@ -50,50 +50,45 @@ def load(path: str, features: str) -> dict:
     return data
 
 
-def neighbours(unit: torch.Tensor, k: int, query=None):
+def neighbours(unit: torch.Tensor, k: int, query=None, labels=None):
     """Each image's (or ``query`` rows') k nearest other images."""
     ids = torch.arange(unit.shape[0])
     return nearest_neighbours(
         unit if query is None else query,
         unit,
         ids,
-        torch.zeros_like(ids),
+        torch.zeros_like(ids) if labels is None else labels,
         k,
         query_ids=ids)
 
 
-def view_agreement(data: dict, k: int) -> List[float]:
-    """Per training view: the mean share of an image's k nearest neighbours
-    that are among the k nearest of its view (self excluded)."""
-    own = neighbours(data['unit'], k).ids
+def view_agreement(data: dict, own: torch.Tensor) -> List[float]:
+    """Per training view: the mean share of an image's nearest neighbours
+    ``own`` (ids) that are among the nearest of its view (self excluded)."""
     out = []
     for view in data['views']:
         moved = F.normalize(torch.from_numpy(view).float(), dim=1)
-        found = neighbours(data['unit'], k, moved).ids
-        same = (own.unsqueeze(2) == found.unsqueeze(1)).any(2).float()
-        out.append(same.mean().item())
+        found = neighbours(data['unit'], own.shape[1], moved).ids
+        out.append((own.unsqueeze(2) == found.unsqueeze(1)
+                    ).any(2).float().mean().item())
     return out
 
 
 def class_figures(data: dict) -> dict:
-    """kNN (leave-one-out) and confused pairs where every path lies in a
-    class folder and there are 2 or more classes; else empty."""
+    """Weighted kNN top-1 (leave-one-out) and confused pairs where every
+    path lies in a class folder, of 2 or more; else empty."""
     parts = [p.split('/', 1) for p in data['paths']]
     classes = sorted({p[0] for p in parts})
     if any(len(p) < 2 for p in parts) or len(classes) < 2:
         return {}
     labels = torch.tensor([classes.index(p[0]) for p in parts])
-    unit = data['unit']
     k = min(KNN['k'], len(labels) - 1)
-    acc = weighted_knn_accuracy(unit, labels, unit, labels, len(classes),
-                                (k, ), KNN['temperature'], True)
-    found = neighbours(unit, k)
-    votes = torch.zeros(len(labels), len(classes)).scatter_add_(
-        1, labels[found.ids], (found.sims / KNN['temperature']).exp())
+    found = neighbours(data['unit'], k, labels=labels)
+    pred = weighted_votes(found, k, len(classes), KNN['temperature']).argmax(1)
     wrong = Counter((classes[a], classes[b])
-                    for a, b in zip(labels.tolist(),
-                                    votes.argmax(1).tolist()) if a != b)
-    return dict(top1=next(iter(acc.values())), k=k, confused=wrong)
+                    for a, b in zip(labels.tolist(), pred.tolist()) if a != b)
+    top1 = (pred == labels).float().mean().item() * 100
+    return dict(top1=top1, k=k, confused=wrong)
 
 
 class Page:
@@ -202,7 +197,7 @@ def main(argv=None) -> Dict:
             if s >= args.duplicate
         })
         lonely = top.argsort()[:8].tolist()
-        views = view_agreement(run, args.k)
+        views = view_agreement(run, f.ids)
         classes = class_figures(run)
         summary[run['name']] = dict(
             duplicates=len(pairs), views=views, **classes)

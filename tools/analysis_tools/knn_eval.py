@@ -3,7 +3,6 @@
 gives ``model``, ``knn_memory_dataloader``, ``knn_query_dataloader`` and
 ``knn`` (configs/benchmarks/knn_*.py; ``--data-root``: evaluation.md)."""
 import argparse
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -20,13 +19,8 @@ from mocoplug.engine.runner.cpu_distributed import init_dist_for_this_machine
 from mocoplug.evaluation import (check_one_pass, extract_feature_shard,
                                  sharded_weighted_knn_accuracy)
 from mocoplug.registry import MODELS
-from mocoplug.utils import fill_pretrained
+from mocoplug.utils import fill_pretrained, parse_launch_args
 
-_spec = importlib.util.spec_from_file_location(
-    'tools_train',
-    osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'train.py'))
-train = importlib.util.module_from_spec(_spec)  # its shared options
-_spec.loader.exec_module(train)
 REQUIRED = ('model', 'knn_memory_dataloader', 'knn_query_dataloader')
 
 
@@ -68,7 +62,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--data-root', help='DIR/{train,val}/<class>/*, or DIR/<class>/*')
     parser.add_argument('--out', help='the figures as JSON')
-    return train.parse_launch_args(parser, argv)
+    return parse_launch_args(parser, argv)
 
 
 def main(argv=None):

@@ -14,42 +14,36 @@ import torch
 from mmengine.runner.checkpoint import _load_checkpoint
 
 import mocoplug  # noqa: F401  (mmengine checkpoints under torch >= 2.6)
-from mocoplug.models.utils.encoder_checkpoint import (prefixes,
-                                                      timm_vit_as_mmpretrain)
+from mocoplug.models.utils.encoder_checkpoint import (LAYOUTS, UNREAD, _under,
+                                                      fit_layout, rename_vit)
 
-# query-encoder prefixes, most specific first; `fc.` after them is the
-# official code's projection head, not part of the backbone
-QUERY_PREFIXES = ('backbone.', 'module.encoder_q.', 'encoder_q.',
-                  'module.base_encoder.', 'base_encoder.')
 FORMATS = ('mmpretrain', 'torchvision', 'detectron2', 'timm')
-# mmpretrain's VisionTransformer -> timm's (the inverse of TIMM_VIT)
-TO_TIMM_VIT = [(r'^patch_embed\.projection\.', 'patch_embed.proj.'),
-               (r'^layers\.(\d+)\.ln(\d)\.', r'blocks.\1.norm\2.'),
-               (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
-               (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-               (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-               (r'^ln1\.', 'norm.')]
 
 
 def query_backbone(
         state: Dict[str, torch.Tensor],
         prefix: Optional[str] = None) -> Tuple[Dict[str, torch.Tensor], str]:
-    """The query encoder's backbone tensors, prefix removed."""
-    candidates = (prefix, ) if prefix else QUERY_PREFIXES
-    for cand in candidates:
-        found = OrderedDict(
-            (k[len(cand):], v) for k, v in state.items() if k.startswith(cand))
+    """The query encoder's backbone tensors, prefix removed: under
+    ``prefix``, else the first of the loader's ``LAYOUTS`` that has them
+    (less their projection head or classifier; a key encoder never)."""
+    candidates = [(prefix, ('fc.',
+                            'head.'))] if prefix else [(lay[1], lay[4])
+                                                       for lay in LAYOUTS
+                                                       if lay[1]]
+    for cand, skip in candidates:
+        found = {
+            k: v
+            for k, v in _under(state, cand, skip).items()
+            if not k.startswith(UNREAD)
+        }
+        if 'patch_embed.proj.weight' in found:  # the official v3 ViT
+            found = rename_vit(found)
         if found:
-            if cand != 'backbone.':  # official checkpoints carry the MLP
-                found = OrderedDict((k, v) for k, v in found.items()
-                                    if not k.startswith(('fc.', 'head.')))
-            if 'patch_embed.proj.weight' in found:  # official v3 ViT
-                found = OrderedDict(timm_vit_as_mmpretrain(found))
-            return found, cand
+            return OrderedDict(found), cand
     starts = sorted({k.split('.')[0] for k in state})
     raise ValueError(
         'No query-encoder weights in this checkpoint: no key starts with '
-        f'{" or ".join(repr(c) for c in candidates)} (its keys start with '
+        f'{" or ".join(repr(c) for c, _ in candidates)} (its keys start with '
         f'{starts}). Pass --prefix with the query encoder\'s prefix; the key '
         'encoder is never exported.')
 
@@ -82,24 +76,20 @@ def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> str:
         (2, False): 18,
         (6, False): 34
     }.get((len(blocks), bottleneck))
-    missing = unexpected = ['a depth of 18, 34, 50, 101 or 152']
-    if depth is not None:
-        net = getattr(torchvision.models, f'resnet{depth}')()
-        try:
-            result = net.load_state_dict(backbone, strict=False)
-            missing = [
-                k for k in result.missing_keys if not k.startswith('fc.')
-            ]
-            unexpected = result.unexpected_keys
-        except RuntimeError as error:  # shapes
-            missing = unexpected = [str(error).splitlines()[1].strip()]
-    if missing or unexpected:
+    net = getattr(torchvision.models, f'resnet{depth or 50}')()
+    try:  # the loader's rule: every tensor but the classifier
+        fit_layout(
+            backbone,
+            net,
+            f'torchvision resnet{depth or 50}',
+            '',
+            keep_init=('fc.', ))
+    except ValueError as error:
         raise SystemExit(
             "torchvision's and detectron2's formats hold a torchvision "
-            'ResNet, which this backbone is not (its keys start with '
-            f'{prefixes(list(backbone), depth=1)}; does not fit: '
-            f'{(missing + unexpected)[:4]}): use --format mmpretrain, read '
-            "by init_cfg=dict(type='Pretrained', prefix='backbone.').")
+            f'ResNet, which this backbone is not ({error}): use --format '
+            "mmpretrain, read by init_cfg=dict(type='Pretrained', "
+            "prefix='backbone.').") from None
     return f'torchvision resnet{depth}: every tensor fits'
 
 
@@ -110,11 +100,7 @@ def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
     if 'patch_embed.projection.weight' not in backbone:
         depth = torchvision_resnet(backbone).split()[1]
         return dict(backbone), f"timm.create_model('{depth}', num_classes=0)"
-    out = {}
-    for key, value in backbone.items():
-        for pattern, repl in TO_TIMM_VIT:
-            key = re.sub(pattern, repl, key)
-        out[key] = value
+    out = rename_vit(backbone, to_timm=True)
     unknown = [
         k for k in out
         if not k.startswith(('cls_token', 'pos_embed', 'patch_embed.proj.',

@@ -4,7 +4,6 @@ Reed et al., WACV 2022), the checkpoint's layout found from its keys."""
 import logging
 import re
 from collections import Counter
-from functools import reduce
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -32,22 +31,40 @@ LAYOUTS: List[Layout] = [
 # of backbone and neck) and a bare backbone's classifier (its skipped keys)
 UNREAD = ('module.encoder_k.', 'module.momentum_encoder.', 'momentum_encoder.',
           'encoder_k.', 'encoder_q.', 'module.queue', 'queue')
-# timm's ViT (official MoCo v3, vits.py) -> mmpretrain's VisionTransformer
-TIMM_VIT = [(r'^patch_embed\.proj\.', 'patch_embed.projection.'),
-            (r'^blocks\.(\d+)\.norm(\d)\.', r'layers.\1.ln\2.'),
-            (r'^blocks\.(\d+)\.attn\.', r'layers.\1.attn.'),
-            (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-            (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-            (r'^norm\.', 'ln1.')]
+# timm's ViT (official MoCo v3, vits.py) and mmpretrain's VisionTransformer
+# name prefixes; '#' is a block index
+VIT_NAMES = [('patch_embed.proj.', 'patch_embed.projection.'),
+             ('blocks.#.norm1.', 'layers.#.ln1.'),
+             ('blocks.#.norm2.', 'layers.#.ln2.'),
+             ('blocks.#.attn.', 'layers.#.attn.'),
+             ('blocks.#.mlp.fc1.', 'layers.#.ffn.layers.0.0.'),
+             ('blocks.#.mlp.fc2.', 'layers.#.ffn.layers.1.'),
+             ('norm.', 'ln1.')]
 
 
-def timm_vit_as_mmpretrain(
-        state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """timm ViT names (official MoCo v3, vits.py) as mmpretrain's."""
+def variable_size_state(model: nn.Module) -> set:
+    """Names of the entries whose size is the device's (a generator's)."""
     return {
-        reduce(lambda k, sub: re.sub(*sub, k), TIMM_VIT, k): v
-        for k, v in state.items()
+        f'{prefix}.{key}' if prefix else key
+        for prefix, module in model.named_modules()
+        for key in getattr(module, 'variable_size_state', ())
     }
+
+
+def rename_vit(state: Dict[str, torch.Tensor],
+               to_timm: bool = False) -> Dict[str, torch.Tensor]:
+    """timm ViT names (official MoCo v3) as mmpretrain's, or back."""
+    rules = [(re.compile('^' + re.escape(a).replace(r'\#', r'(\d+)')),
+              b.replace('#', r'\1'))
+             for a, b in (p[::-1] if to_timm else p for p in VIT_NAMES)]
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in rules:
+            key, done = pattern.subn(repl, key)
+            if done:
+                break
+        out[key] = value
+    return out
 
 
 def prefixes(keys: List[str], depth: int = 2, limit: int = 8) -> str:
@@ -114,11 +131,7 @@ def fit_layout(
     prefixes stated by
     the caller, never inferred. Returns the layout and the tensors to load;
     ValueError naming ``what``, the layouts tried and their counts."""
-    variable = {  # a generator's state: its size is the device's
-        f'{name}.{key}' if name else key
-        for name, part in module.named_modules()
-        for key in getattr(part, 'variable_size_state', ())
-    }
+    variable = variable_size_state(module)  # a generator's state
     target = {
         k: v
         for k, v in module.state_dict().items()
@@ -143,7 +156,7 @@ def fit_layout(
         }
         timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
         if timm:
-            source = timm_vit_as_mmpretrain(source)
+            source = rename_vit(source)
         source = {
             k: v
             for k, v in source.items()
