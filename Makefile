@@ -4,6 +4,8 @@
 #   make test   set up (if needed), then run the test suite
 #   make test-ops MMCV_WHEEL=...   the served mmcv kernels against compiled
 #               mmcv (a wheel of it), in .venv-ops (CI runs it)
+#   make setup-mim   .venv-mim: mocoplug as `mim` reads it (make test-mim
+#               checks mim train/test/run; CI runs it)
 #   make lint   flake8, isort and yapf as configured in setup.cfg (CI runs it)
 # The set-up installs mmcv-lite (nothing to compile): with it mocoplug serves
 # the ops mmdet's detectors call through torchvision. `make setup-full` swaps
@@ -14,7 +16,8 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export MOCOPLUG_VENV := $(abspath $(VENV))
 
-.PHONY: setup setup-full demo demo-detection test test-ops lint clean
+.PHONY: setup setup-full setup-mim demo demo-detection test test-ops test-mim \
+	lint clean
 
 LINT_PATHS := mocoplug mocoplug_site tests tools configs setup.py
 
@@ -54,6 +57,39 @@ test-ops: setup
 	$(OPS_VENV)/bin/python -c "import mmcv._ext as e; \
 	  assert type(e).__name__ != 'ServedOps', 'mmcv._ext is not compiled'"
 	$(OPS_VENV)/bin/python -m pytest -rs tests/compat/test_mmcv_ops.py
+
+# mim (openmim 0.3.9) reads tools/ and configs/ from
+# site-packages/mocoplug/.mim, which the editable install of `setup` does not
+# have. MIM_VENV holds a regular install of this checkout (a wheel built from
+# a copy of it: building in place would replace the editable install's .mim
+# links) and openmim, and reads VENV's packages through a .pth file, as
+# test-ops does. openmim's declared dependency opendatalab (it pins an old
+# setuptools) is never imported by mim's commands: --no-deps, then what mim
+# imports.
+MIM_VENV ?= .venv-mim
+MIM_BUILD := build/mim
+setup-mim: setup
+	rm -rf $(MIM_VENV) $(MIM_BUILD)
+	$(PYTHON) -m venv --without-pip $(MIM_VENV)
+	$(PYTHON) -c "import sysconfig as s, sys; p = s.get_path('purelib'); \
+	  mim = p.replace(sys.prefix, '$(abspath $(MIM_VENV))'); \
+	  open(mim + '/zz-base-venv.pth', 'w').write( \
+	  f'import site; site.addsitedir({p!r})\n')"
+	$(PYTHON) -c "import shutil; shutil.copytree('.', '$(MIM_BUILD)/src', \
+	  ignore=shutil.ignore_patterns('.git', '.venv*', 'work_dirs', 'data', \
+	  '.mim', '__pycache__', '*.egg-info', 'build', 'dist'))"
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation \
+	  -w $(MIM_BUILD) $(MIM_BUILD)/src
+	$(PYTHON) -m pip --python $(MIM_VENV)/bin/python install -q --no-deps \
+	  $(MIM_BUILD)/mocoplug-*.whl openmim==0.3.9
+	$(PYTHON) -m pip --python $(MIM_VENV)/bin/python install -q \
+	  click colorama model-index pandas requests rich tabulate
+	@echo "setup-mim: $(MIM_VENV)/bin/mim train mocoplug CONFIG ..."
+
+# `mim train/test/run mocoplug` through MIM_VENV (tests/test_mim.py)
+test-mim: setup-mim
+	MOCOPLUG_MIM_VENV=$(abspath $(MIM_VENV)) $(PYTHON) -m pytest -rs \
+	  tests/test_mim.py
 
 # the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i
 # LINT_PATHS` fix what they report
