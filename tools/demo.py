@@ -1,10 +1,12 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """The embedded demo: MoCo v2 pretrained without labels on scikit-learn's
 digits, against raw pixels and random init (kNN, linear probe with 1%/10% of
-the labels, clean and perturbed); prints the tables, writes results.json/png.
+the labels, clean and perturbed); prints the tables, writes results.json/png
+and the embedding report of the held-out digits (random init vs MoCo).
 """
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -26,6 +28,7 @@ from mocoplug.engine.hooks import KNNMonitorHook
 from mocoplug.evaluation import (extract_features, linear_probe_accuracy,
                                  stratified_label_subsets,
                                  weighted_knn_accuracy)
+from mocoplug.datasets import write_digits_folder
 from mocoplug.models.utils import precise_bn_stats
 from mocoplug.registry import DATASETS, MODELS
 from mocoplug.visualization import load_scalars, plot_results_figure
@@ -246,6 +249,38 @@ def figure(summary: Dict[str, dict], runs: Dict[int, List[dict]],
         'MoCo v2 on scikit-learn digits: features learnt without labels')
 
 
+def tool(name: str):
+    """``tools/<name>.py`` as a module (tools/ is no package)."""
+    spec = importlib.util.spec_from_file_location(
+        'tools_' + name.replace('/', '_'), osp.join(ROOT, 'tools',
+                                                    name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_report(config: str, models: dict, work_dir: str) -> dict:
+    """embed.py of the held-out digits (a folder per class, one training
+    view) with each of ``models`` (saved as checkpoints), then
+    embedding_report.py of MoCo against random init; its figures."""
+    folder = osp.join(work_dir, 'digits')
+    write_digits_folder(folder)
+    files = []
+    for name, model in models.items():
+        ckpt = osp.join(work_dir, f'{name}.pth')
+        torch.save(dict(state_dict=model.state_dict()), ckpt)
+        files.append(osp.join(work_dir, f'embed_{name}.npz'))
+        tool('analysis_tools/embed').main([
+            config, ckpt, '--data-root',
+            osp.join(folder, 'val'), '--out', files[-1], '--size', '32',
+            '--workers', '0'
+        ])
+    return tool('analysis_tools/embedding_report').main([
+        files[1], '--compare', files[0], '--out',
+        osp.join(work_dir, 'report')
+    ])
+
+
 def load_config(epochs: int = None, config: str = CONFIG) -> Config:
     cfg = Config.fromfile(config)
     if epochs:
@@ -296,6 +331,8 @@ def main(argv=None):
                 # the grey levels (the 3 channels are copies of them)
                 encoders[RAW] = encode(random_init,
                                        lambda x: x[:, :1].flatten(1))
+        if seed == args.seeds[0]:
+            report_models = dict(random_init=random_init, moco=model)
         for name, feats in encoders.items():
             per_encoder[name].append(
                 dict(
@@ -311,6 +348,9 @@ def main(argv=None):
     print('\n' + tables)
     figure_path = figure(summary, runs, LABEL_FRACTIONS,
                          osp.join(args.work_dir, 'results.png'))
+    print(f'\nthe embedding report of the held-out digits, seed '
+          f'{args.seeds[0]}...')
+    report = write_report(config, report_models, args.work_dir)
     elapsed = time.time() - started
     results = dict(
         summary=summary,
@@ -331,6 +371,16 @@ def main(argv=None):
         seconds=round(elapsed),
         cpu_seconds=round(time.process_time() - cpu_started),
         figure=figure_path,
+        report=dict(
+            page=osp.join(args.work_dir, 'report', 'index.html'),
+            seed=args.seeds[0],
+            figures={
+                name: {
+                    k: v
+                    for k, v in figures.items() if k != 'confused'
+                }
+                for name, figures in report.items()
+            }),
         torch_threads=torch.get_num_threads())
     os.makedirs(args.work_dir, exist_ok=True)
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:

@@ -201,6 +201,38 @@ def test_demo_end_to_end_one_epoch_one_seed(tmp_path, load_tool):
     assert raw['linear']['1%']['clean'] == expected['clean']
     assert (tmp_path / 'results.png').stat().st_size > 10000
     assert (tmp_path / 'seed0').is_dir()
+    check_report(demo, load_tool, tmp_path, saved['report'])
+
+
+def check_report(demo, load_tool, work_dir, report):
+    """The demo's report compares the models it measured: MoCo's embedding
+    is embed.py's of the run's own checkpoint, and random init is the one
+    with its BN statistics estimated (not the init's 0 / 1)."""
+    page = work_dir / 'report' / 'index.html'
+    assert report['page'] == str(page) and page.stat().st_size > 1000
+    assert set(report['figures']) == {
+        'embed_moco.npz (' + str(work_dir / 'moco.pth') + ')',
+        'embed_random_init.npz (' + str(work_dir / 'random_init.pth') + ')'
+    }
+    for figures in report['figures'].values():
+        assert figures['k'] == 20 and 0 <= figures['top1'] <= 100
+        assert len(figures['views']) == 1
+    own = load_tool('analysis_tools/embed').main([
+        demo.CONFIG,
+        str(work_dir / 'seed0' / 'epoch_1.pth'), '--data-root',
+        str(work_dir / 'digits' / 'val'), '--out',
+        str(work_dir / 'own.npz'), '--size', '32', '--workers', '0'
+    ])
+    moco = np.load(work_dir / 'embed_moco.npz')
+    assert np.array_equal(own['paths'], moco['paths'])
+    for field in ('backbone', 'embedding', 'views'):
+        assert np.array_equal(own[field], moco[field]), field
+    random_init = torch.load(work_dir / 'random_init.pth')['state_dict']
+    variances = [
+        v for k, v in random_init.items()
+        if k.startswith('backbone.') and k.endswith('_var')
+    ]
+    assert variances and all(not torch.all(v == 1) for v in variances)
 
 
 def test_device_augment_option_pretrains_with_the_device_path(load_tool):

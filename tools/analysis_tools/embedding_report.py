@@ -120,7 +120,8 @@ class Page:
             f.write(
                 '<!DOCTYPE html><html><head><meta charset="utf-8"><title>'
                 f'{html.escape(title)}</title><style>figure{{display:inline-'
-                'block;margin:2px;font-size:10px;text-align:center}}'
+                'block;margin:2px;font-size:10px;text-align:center}}.run{{'
+                'display:inline-block;margin-right:24px}}'
                 '</style></head><body><h1>' + html.escape(title) + '</h1>' +
                 ''.join(self.parts) + '</body></html>')
         return path
@@ -177,11 +178,14 @@ def main(argv=None) -> Dict:
             np.random.default_rng(args.seed).permutation(
                 len(paths))[:args.num_queries].tolist())
     rows = ''.join(
-        f'<div class="row">{page.thumb(paths[q], r["name"][:24])}' + ''.join(
+        '<div class="row">' +
+        ''.join(f'<span class="run">{page.thumb(paths[q], "query")}' + ''.join(
             page.thumb(paths[i], f'{s:.3f}')
-            for s, i in zip(f.sims[q].tolist(), f.ids[q].tolist())) + '</div>'
-        for q in queries for r, f in zip(runs, found))
-    page.section('Neighbours: query, then its nearest images (cosine)', rows)
+            for s, i in zip(f.sims[q].tolist(), f.ids[q].tolist())) + '</span>'
+                for f in found) + '</div>' for q in queries)
+    heads = ' | '.join(html.escape(r['name']) for r in runs)
+    page.section('Neighbours: query, then its nearest images (cosine)',
+                 f'<p>{heads}</p>' + rows)
     page.section(
         'Map of the folder', ''.join('<img src="' + map_figure(
             r, args.out, args.map_points, args.seed, f'map_{i}.png') +

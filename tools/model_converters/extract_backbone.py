@@ -1,7 +1,8 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Extract the query encoder's backbone from a MoCo checkpoint (mocoplug's,
 mmpretrain's, mmselfsup's or the official one) as mmpretrain, torchvision,
-detectron2 or timm weights (docs/user_guides/evaluation.md)."""
+detectron2 or timm weights, or as an ONNX graph
+(docs/user_guides/evaluation.md)."""
 import argparse
 import os
 import os.path as osp
@@ -11,13 +12,16 @@ from collections import OrderedDict
 from typing import Dict, Optional, Tuple
 
 import torch
+from mmengine.config import Config
+from mmengine.registry import DefaultScope
 from mmengine.runner.checkpoint import _load_checkpoint
 
 import mocoplug  # noqa: F401  (mmengine checkpoints under torch >= 2.6)
 from mocoplug.models.utils.encoder_checkpoint import (LAYOUTS, UNREAD, _under,
                                                       fit_layout, rename_vit)
+from mocoplug.registry import MODELS
 
-FORMATS = ('mmpretrain', 'torchvision', 'detectron2', 'timm')
+FORMATS = ('mmpretrain', 'torchvision', 'detectron2', 'timm', 'onnx')
 
 
 def query_backbone(
@@ -62,10 +66,10 @@ def to_detectron2(backbone: Dict[str, torch.Tensor]) -> Dict[str, object]:
     return out
 
 
-def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> str:
+def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> tuple:
     """The torchvision ResNet that takes every tensor of ``backbone`` (its
-    ``fc`` aside), or SystemExit: torchvision's and detectron2's formats
-    hold nothing else."""
+    ``fc`` aside) and its name, or SystemExit: torchvision's and
+    detectron2's formats hold nothing else."""
     import torchvision
     blocks = {i for k in backbone for i in re.findall(r'^layer3\.(\d+)\.', k)}
     bottleneck = any('conv3' in k for k in backbone)
@@ -90,7 +94,7 @@ def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> str:
             f'ResNet, which this backbone is not ({error}): use --format '
             "mmpretrain, read by init_cfg=dict(type='Pretrained', "
             "prefix='backbone.').") from None
-    return f'torchvision resnet{depth}: every tensor fits'
+    return net, f'resnet{depth}'
 
 
 def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
@@ -98,7 +102,7 @@ def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
     ResNet as timm's ``resnet*`` (the same names), mmpretrain's ViT as
     timm's ``VisionTransformer``; SystemExit for anything else."""
     if 'patch_embed.projection.weight' not in backbone:
-        depth = torchvision_resnet(backbone).split()[1]
+        depth = torchvision_resnet(backbone)[1]
         return dict(backbone), f"timm.create_model('{depth}', num_classes=0)"
     out = rename_vit(backbone, to_timm=True)
     unknown = [
@@ -121,6 +125,58 @@ def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
                  'num_heads=<the checkpoint\'s>, num_classes=0)')
 
 
+class _Outputs(torch.nn.Module):
+    """The backbone's outputs as a tuple of tensors (a torchvision ResNet:
+    its pooled features, ``fc`` left out)."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        if hasattr(net, 'fc'):
+            net.fc = torch.nn.Identity()
+
+    def forward(self, images: torch.Tensor) -> tuple:
+        out = self.net(images)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out, )
+
+
+def to_onnx(backbone: Dict[str, torch.Tensor], config: Optional[str],
+            ckpt: dict, path: str, size: int) -> str:
+    """The backbone as ONNX (batch dimension dynamic): ``model.backbone`` of
+    ``config`` (default: the config in the checkpoint's meta) loaded with
+    every tensor (strict), else the torchvision ResNet that takes them."""
+    text = config or (ckpt.get('meta') or {}).get('cfg')
+    if text:
+        cfg = Config.fromfile(config) if config else Config.fromstring(
+            text, '.py')
+        with DefaultScope.overwrite_default_scope(
+                cfg.get('default_scope', 'mocoplug')):
+            net = MODELS.build(cfg.model.backbone)
+        net.load_state_dict(backbone, strict=True)
+        source = 'model.backbone of ' + (config or "the checkpoint's config")
+    else:
+        net, source = torchvision_resnet(backbone)
+        net.load_state_dict(backbone, strict=False)  # fc: left out
+    module = _Outputs(net)
+    module.eval()  # (mmpretrain's train() returns None: no chaining)
+    channels = next(v for v in module.state_dict().values()
+                    if v.dim() == 4).shape[1]
+    images = torch.zeros(2, channels, size, size)
+    names = [f'features_{i}' for i in range(len(module(images)))]
+    torch.onnx.export(
+        module, (images, ),
+        path,
+        input_names=['images'],
+        output_names=names,
+        dynamic_axes={n: {
+            0: 'batch'
+        }
+                      for n in ['images'] + names},
+        dynamo=False)
+    return (f'{source}: input images (batch, {channels}, {size}, {size}), '
+            f'outputs {", ".join(names)}')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('checkpoint', help='MoCo checkpoint')
@@ -130,6 +186,11 @@ def main(argv=None):
         '--prefix', help='query-encoder key prefix (default: detected)')
     parser.add_argument(
         '--overwrite', action='store_true', help='replace an existing out')
+    parser.add_argument(
+        '--config',
+        help="onnx: the backbone's config (default: the "
+        "checkpoint's)")
+    parser.add_argument('--size', type=int, default=224, help='onnx: input')
     args = parser.parse_args(argv)
     same = osp.exists(args.out) and osp.exists(
         args.checkpoint) and osp.samefile(args.out, args.checkpoint)
@@ -150,8 +211,9 @@ def main(argv=None):
     if args.format == 'timm':
         backbone, target = to_timm(backbone)
         print(f'timm: every tensor fits {target} (load_state_dict strict)')
-    elif args.format != 'mmpretrain':
-        print(torchvision_resnet(backbone))
+    elif args.format in ('torchvision', 'detectron2'):
+        name = torchvision_resnet(backbone)[1]
+        print(f'torchvision {name}: every tensor fits')
 
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     meta = dict(source=osp.abspath(args.checkpoint), prefix=prefix)
@@ -163,6 +225,8 @@ def main(argv=None):
                 meta=meta), args.out)
     elif args.format in ('torchvision', 'timm'):
         torch.save(backbone, args.out)
+    elif args.format == 'onnx':
+        print(to_onnx(backbone, args.config, ckpt, args.out, args.size))
     else:
         with open(args.out, 'wb') as f:
             pickle.dump(

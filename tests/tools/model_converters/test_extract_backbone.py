@@ -197,3 +197,70 @@ def test_timm_format_loads_strictly_and_computes_the_same(
     with pytest.raises(SystemExit, match="not timm's layout"):
         load_tool(EXTRACT).main(
             [str(bad), str(tmp_path / 'x.pth'), '--format', 'timm'])
+
+
+def onnx_outputs(path, x):
+    ort = pytest.importorskip('onnxruntime')
+    session = ort.InferenceSession(str(path))
+    assert [i.name for i in session.get_inputs()] == ['images']
+    return session.run(None, {'images': x.numpy()})
+
+
+def test_onnx_format_runs_in_onnxruntime_as_the_backbone(
+        tmp_path, load_tool, r18_moco_checkpoint):
+    """ResNet-18 from the checkpoint's own config (as training writes it),
+    the same checkpoint without a config (a torchvision ResNet: pooled
+    features), and the official v3 ViT with --config: onnxruntime's outputs
+    equal the PyTorch backbone's on a batch of another size than the
+    export's (the batch dimension is dynamic)."""
+    pytest.importorskip('onnx')
+    from mmengine.config import Config
+
+    from ...models.algorithms.test_mocov3 import TINY_VIT
+    from ...models.utils.test_encoder_checkpoint import official_vit_checkpoint
+    path, model = r18_moco_checkpoint
+    with_cfg = tmp_path / 'with_cfg.pth'
+    cfg = Config(
+        dict(
+            default_scope='mocoplug',
+            model=dict(
+                backbone=dict(type='ResNet', depth=18, out_indices=(3, )))))
+    torch.save(
+        dict(
+            state_dict=torch.load(path)['state_dict'],
+            meta=dict(cfg=cfg.pretty_text)), with_cfg)
+    x = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        maps = model.backbone(x)[-1]
+    # onnxruntime's convolutions sum in another order (im2col blocks,
+    # FMA): float32 round-off of sums of <= 4608 products per layer over
+    # 18 layers, values O(1): relative 1e-4 bounds it with room
+    for name, ckpt, expected in (('cfg', with_cfg, maps),
+                                 ('tv', path, maps.mean((2, 3)))):
+        out = tmp_path / f'{name}.onnx'
+        load_tool(EXTRACT).main(
+            [str(ckpt), str(out), '--format', 'onnx', '--size', '64'])
+        got, = onnx_outputs(out, x)
+        torch.testing.assert_close(
+            torch.from_numpy(got), expected, rtol=1e-4, atol=1e-4)
+    vit_path, vit, _, _ = official_vit_checkpoint(tmp_path)
+    config = tmp_path / 'vit.py'
+    Config(dict(model=dict(backbone=TINY_VIT))).dump(str(config))
+    out = tmp_path / 'vit.onnx'
+    load_tool(EXTRACT).main([
+        vit_path,
+        str(out), '--format', 'onnx', '--config',
+        str(config), '--size', '32'
+    ])
+    x = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    vit.eval()
+    with torch.no_grad():
+        expected = vit(x)
+    got = onnx_outputs(out, x)
+    assert len(got) == len(expected)
+    for ours, theirs in zip(got, expected):
+        # attention and layer norms in other kernels: float32 round-off over
+        # 5 tokens x 32 dims, values O(1)
+        torch.testing.assert_close(
+            torch.from_numpy(ours), theirs, rtol=1e-4, atol=1e-5)
