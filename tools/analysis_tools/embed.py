@@ -7,6 +7,8 @@ import argparse
 import csv
 import os
 import os.path as osp
+import shutil
+import zipfile
 from functools import partial
 from typing import List
 
@@ -44,6 +46,37 @@ class ImageFiles(Dataset):
     def __getitem__(self, index: int) -> dict:
         return self.pipeline(
             dict(img_path=self.paths[index], sample_idx=index))
+
+
+class RowFile:
+    """A float32 .npy file of ``shape`` written row block by row block, in
+    order: the rows are never all in memory."""
+
+    def __init__(self, path: str, shape: tuple) -> None:
+        self.path, self.shape = path, shape
+        self.file = open(path, 'wb')
+        np.lib.format.write_array_header_2_0(
+            self.file, dict(descr='<f4', fortran_order=False, shape=shape))
+
+    def append(self, rows: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(rows, '<f4').tobytes())
+
+    def close(self) -> None:
+        self.file.close()
+
+    def blocks(self, rows: int, other: 'RowFile'):
+        """(first row, this file's rows | ``other``'s) ``rows`` at a
+        time."""
+        with open(self.path, 'rb') as a, open(other.path, 'rb') as b:
+            for f in (a, b):
+                np.lib.format.read_magic(f)
+                np.lib.format.read_array_header_2_0(f)
+            for start in range(0, self.shape[0], rows):
+                n = min(rows, self.shape[0] - start)
+                yield start, np.concatenate([
+                    np.fromfile(f, '<f4', n * w).reshape(n, w)
+                    for f, w in ((a, self.shape[1]), (b, other.shape[1]))
+                ], 1)
 
 
 def crop_size(cfg: Config) -> int:
@@ -106,6 +139,11 @@ def parse_args(argv=None):
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument(
+        '--chunk',
+        type=int,
+        default=4096,
+        help='images per pass: memory holds one chunk of features')
     return parse_launch_args(parser, argv)
 
 
@@ -122,6 +160,9 @@ def main(argv=None):
     good, bad = checked_images(args.data_root)
     for path, reason in bad:
         print(f'not embedded: {path}: {reason}')
+    if not good:
+        raise SystemExit(f'--data-root {args.data_root!r}: no image under '
+                         'it could be read (listed above)')
     torch.manual_seed(args.seed)  # `none`: the same random init every time
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
         model_cfg = cfg.model.copy()
@@ -142,38 +183,59 @@ def main(argv=None):
         dims['backbone'] = pooled.shape[1]
         return torch.cat([pooled, model.neck(feats)[0].flatten(1)], dim=1)
 
-    def embed(pipeline, name, seed):
-        dataset = ImageFiles(good, pipeline)
-        loader = DataLoader(
-            dataset,
-            args.batch_size,
-            sampler=DefaultSampler(dataset, shuffle=False),
-            num_workers=args.workers,
-            collate_fn=default_collate,
-            worker_init_fn=partial(_seed_worker, seed))
-        set_random_seed(seed)
-        shard = extract_feature_shard(
-            model, loader, features, progress=name, labelled=False)
-        return gather_feature_shards(shard).feats.numpy()
+    rank, world_size = get_dist_info()
+    parts = args.out + '.parts'  # rank 0's rows, on disk until the end
+    if rank == 0:
+        os.makedirs(parts, exist_ok=True)
+    files = {}
+
+    def embed(pipeline, name, seed, views=0):
+        """Every image's backbone|embedding row, ``args.chunk`` images at
+        a time; rank 0 appends them to .npy files (view ``views``
+        of how many: one file for all views)."""
+        for start in range(0, len(good), args.chunk):
+            dataset = ImageFiles(good[start:start + args.chunk], pipeline)
+            loader = DataLoader(
+                dataset,
+                args.batch_size,
+                sampler=DefaultSampler(dataset, shuffle=False),
+                num_workers=args.workers,
+                collate_fn=default_collate,
+                worker_init_fn=partial(_seed_worker, seed + start))
+            set_random_seed(seed + start)
+            shard = extract_feature_shard(
+                model,
+                loader,
+                features,
+                progress=f'{name}, images {start + 1}-'
+                f'{start + len(dataset)} of {len(good)}',
+                labelled=False)
+            rows = gather_feature_shards(shard).feats.numpy()
+            if rank != 0:
+                continue
+            cut = dims['backbone']
+            blocks = dict(views=rows) if views else dict(
+                backbone=rows[:, :cut], embedding=rows[:, cut:])
+            for key, block in blocks.items():
+                if key not in files:
+                    files[key] = RowFile(
+                        osp.join(parts, key + '.npy'),
+                        ((views, ) if views else
+                         ()) + (len(good), block.shape[1]))
+                files[key].append(block)
 
     size = args.size or crop_size(cfg)
     ways = pipelines(cfg, size)
-    rank, world_size = get_dist_info()
-    center = embed(ways['center'], 'embed', args.seed)
-    views = [
+    embed(ways['center'], 'embed', args.seed)
+    num_views = args.views if 'view' in ways else 0
+    for v in range(num_views):
         embed(ways['view'], f'view {v + 1}',
-              args.seed + 1000 * (v + 1) + 100 * rank)
-        for v in range(args.views if 'view' in ways else 0)
-    ]
+              args.seed + 1000 * (v + 1) + 100 * rank, num_views)
     if rank != 0:
         return None
-    width = dims['backbone']
-    result = dict(
+    width, rest = (files[k].shape[-1] for k in ('backbone', 'embedding'))
+    small = dict(
         paths=np.array([osp.relpath(p, args.data_root) for p in good]),
-        backbone=center[:, :width],
-        embedding=center[:, width:],
-        views=np.stack(views) if views else np.zeros(
-            (0, ) + center.shape, np.float32),  # rows as backbone|embedding
         width=width,
         unreadable=np.array([osp.relpath(p, args.data_root) for p, _ in bad]),
         reasons=np.array([r for _, r in bad]),
@@ -182,21 +244,32 @@ def main(argv=None):
         config=osp.abspath(args.config),
         size=size,
         processes=world_size)
+    if not num_views:
+        small['views'] = np.zeros((0, len(good), width + rest), np.float32)
     os.makedirs(osp.dirname(osp.abspath(args.out)) or '.', exist_ok=True)
+    for f in files.values():
+        f.close()
     if args.format == 'npz':
-        np.savez(args.out, **result)
+        np.savez(args.out, **small)
+        with zipfile.ZipFile(args.out, 'a', allowZip64=True) as npz:
+            for key, f in files.items():  # copied in blocks, not loaded
+                npz.write(f.path, key + '.npy')
     else:
-        with open(args.out, 'w', newline='') as f:
-            rows = csv.writer(f)
+        with open(args.out, 'w', newline='') as out:
+            rows = csv.writer(out)
             rows.writerow(['path'] + [f'b{i}' for i in range(width)] +
-                          [f'e{i}' for i in range(center.shape[1] - width)])
-            rows.writerows([path, *(f'{x:.7g}' for x in row)]
-                           for path, row in zip(result['paths'], center))
+                          [f'e{i}' for i in range(rest)])
+            for start, block in files['backbone'].blocks(
+                    args.chunk, files['embedding']):
+                rows.writerows(
+                    [path, *(f'{x:.7g}' for x in row)]
+                    for path, row in zip(small['paths'][start:], block))
+    shutil.rmtree(parts)
     print(f'embedded {len(good)} images of {args.data_root} ({size} px, '
-          f'backbone {width}, projection {center.shape[1] - width}, '
-          f'{len(views)} training views, {world_size} processes); '
-          f'{len(bad)} not readable; wrote {args.out}')
-    return result
+          f'backbone {width}, projection {rest}, {num_views} training '
+          f'views, {world_size} processes); {len(bad)} not readable; wrote '
+          f'{args.out}')
+    return np.load(args.out) if args.format == 'npz' else None
 
 
 if __name__ == '__main__':
