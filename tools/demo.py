@@ -24,11 +24,11 @@ from mmengine.runner import set_random_seed
 from torch.utils.data import DataLoader
 
 import mocoplug  # noqa: F401
+from mocoplug.datasets import write_digits_folder
 from mocoplug.engine.hooks import KNNMonitorHook
 from mocoplug.evaluation import (extract_features, linear_probe_accuracy,
                                  stratified_label_subsets,
                                  weighted_knn_accuracy)
-from mocoplug.datasets import write_digits_folder
 from mocoplug.models.utils import precise_bn_stats
 from mocoplug.registry import DATASETS, MODELS
 from mocoplug.visualization import load_scalars, plot_results_figure

@@ -47,15 +47,25 @@ def test_mim_runs_the_installed_tools_not_the_checkouts(tmp_path):
 
 
 def test_mim_train_then_run_extract_backbone(tmp_path):
-    mim('train', 'mocoplug', DIGITS, '--work-dir', 'pretrain',
-        '--cfg-options', 'train_cfg.max_epochs=1', cwd=tmp_path)
+    mim('train',
+        'mocoplug',
+        DIGITS,
+        '--work-dir',
+        'pretrain',
+        '--cfg-options',
+        'train_cfg.max_epochs=1',
+        cwd=tmp_path)
     ckpt = torch.load(
         tmp_path / 'pretrain' / 'epoch_1.pth',
         map_location='cpu',
         weights_only=False)
     assert ckpt['meta']['iter'] == 1258 // 64  # one epoch of the digits
-    mim('run', 'mocoplug', 'extract_backbone', 'pretrain/epoch_1.pth',
-        'backbone.pth', cwd=tmp_path)
+    mim('run',
+        'mocoplug',
+        'extract_backbone',
+        'pretrain/epoch_1.pth',
+        'backbone.pth',
+        cwd=tmp_path)
     # mmpretrain's format: the query backbone under `backbone.`
     backbone = torch.load(tmp_path / 'backbone.pth')['state_dict']
     query = {
@@ -67,15 +77,32 @@ def test_mim_train_then_run_extract_backbone(tmp_path):
         assert torch.equal(backbone[name], tensor), name
 
 
-def test_mim_train_and_test_a_linear_classifier(tmp_path, split_folder,
-                                                moco_checkpoint):
+def test_mim_train_and_test_a_linear_classifier(
+        tmp_path,
+        split_folder,  # noqa: F811 (the fixtures imported above)
+        moco_checkpoint):  # noqa: F811
     config = linear_cfg_file(tmp_path)
-    mim('train', 'mocoplug', config, '--work-dir', 'linear', '--cfg-options',
-        f'pretrained={moco_checkpoint[0]}', f'data_root={split_folder}',
+    mim('train',
+        'mocoplug',
+        config,
+        '--work-dir',
+        'linear',
+        '--cfg-options',
+        f'pretrained={moco_checkpoint[0]}',
+        f'data_root={split_folder}',
         cwd=tmp_path)
-    mim('test', 'mocoplug', config, '--checkpoint', 'linear/epoch_1.pth',
-        '--work-dir', 'test', '--out', 'metrics.json', '--cfg-options',
-        f'data_root={split_folder}', cwd=tmp_path)
+    mim('test',
+        'mocoplug',
+        config,
+        '--checkpoint',
+        'linear/epoch_1.pth',
+        '--work-dir',
+        'test',
+        '--out',
+        'metrics.json',
+        '--cfg-options',
+        f'data_root={split_folder}',
+        cwd=tmp_path)
     top1 = json.loads((tmp_path / 'metrics.json').read_text())['accuracy/top1']
     # the test split is val/: the accuracy training logged after its epoch
     logs = list((tmp_path / 'linear').glob('*/vis_data/scalars.json'))

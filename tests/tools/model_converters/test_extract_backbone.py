@@ -236,11 +236,12 @@ def test_onnx_format_runs_in_onnxruntime_as_the_backbone(
     # onnxruntime's convolutions sum in another order (im2col blocks,
     # FMA): float32 round-off of sums of <= 4608 products per layer over
     # 18 layers, values O(1): relative 1e-4 bounds it with room
-    for name, ckpt, expected in (('cfg', with_cfg, maps),
-                                 ('tv', path, maps.mean((2, 3)))):
+    for name, ckpt, expected in (('cfg', with_cfg, maps), ('tv', path,
+                                                           maps.mean((2, 3)))):
         out = tmp_path / f'{name}.onnx'
         load_tool(EXTRACT).main(
-            [str(ckpt), str(out), '--format', 'onnx', '--size', '64'])
+            [str(ckpt),
+             str(out), '--format', 'onnx', '--size', '64'])
         got, = onnx_outputs(out, x)
         torch.testing.assert_close(
             torch.from_numpy(got), expected, rtol=1e-4, atol=1e-4)
