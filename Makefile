@@ -86,10 +86,10 @@ setup-mim: setup
 	  click colorama model-index pandas requests rich tabulate
 	@echo "setup-mim: $(MIM_VENV)/bin/mim train mocoplug CONFIG ..."
 
-# `mim train/test/run mocoplug` through MIM_VENV (tests/test_mim.py)
+# `mim train/test/run mocoplug` through MIM_VENV (tests/tools/test_mim.py)
 test-mim: setup-mim
 	MOCOPLUG_MIM_VENV=$(abspath $(MIM_VENV)) $(PYTHON) -m pytest -rs \
-	  tests/test_mim.py
+	  tests/tools/test_mim.py
 
 # the checks of OpenMMLab's pre-commit; `isort LINT_PATHS` and `yapf -r -i
 # LINT_PATHS` fix what they report

@@ -57,12 +57,21 @@ class RowFile:
         self.file = open(path, 'wb')
         np.lib.format.write_array_header_2_0(
             self.file, dict(descr='<f4', fortran_order=False, shape=shape))
+        self.header = self.file.tell()
 
     def append(self, rows: np.ndarray) -> None:
         self.file.write(np.ascontiguousarray(rows, '<f4').tobytes())
 
     def close(self) -> None:
+        """Close; RuntimeError unless every row of ``shape`` came."""
+        if self.file.closed:
+            return
+        written = self.file.tell()
         self.file.close()
+        expected = 4 * int(np.prod(self.shape))
+        if written - self.header != expected:
+            raise RuntimeError(f'{self.path}: {written - self.header} bytes '
+                               f'of rows for shape {self.shape} ({expected})')
 
     def blocks(self, rows: int, other: 'RowFile'):
         """(first row, this file's rows | ``other``'s) ``rows`` at a
@@ -126,6 +135,17 @@ def checked_images(root: str) -> tuple:
     return [p for p in paths if mine[p] is None], bad
 
 
+def at_least(low: int):
+    """An argparse type: an int of at least ``low``."""
+
+    def parse(text: str) -> int:
+        if int(text) < low:
+            raise argparse.ArgumentTypeError(f'{text} < {low}')
+        return int(text)
+
+    return parse
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('config', help='the pretraining config')
@@ -135,19 +155,28 @@ def parse_args(argv=None):
     parser.add_argument('--format', choices=('npz', 'csv'), default='npz')
     parser.add_argument('--size', type=int, help='crop (default: training)')
     parser.add_argument(
-        '--views', type=int, default=1, help='training views per image')
-    parser.add_argument('--batch-size', type=int, default=64)
-    parser.add_argument('--workers', type=int, default=2)
+        '--views',
+        type=at_least(0),
+        help='training views per image (npz only; default 1)')
+    parser.add_argument('--batch-size', type=at_least(1), default=64)
+    parser.add_argument('--workers', type=at_least(0), default=2)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument(
         '--chunk',
-        type=int,
+        type=at_least(1),
         default=4096,
         help='images per pass: memory holds one chunk of features')
-    return parse_launch_args(parser, argv)
+    args = parse_launch_args(parser, argv)
+    if args.format == 'csv' and args.views:
+        parser.error('--views: the csv holds no training views (npz does)')
+    args.views = (1 if args.format == 'npz' else 0) if args.views is None \
+        else args.views
+    return args
 
 
 def main(argv=None):
+    """Embed the folder; on rank 0 the file written (an ``NpzFile``, None
+    for a csv), on the other ranks None."""
     args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
@@ -189,11 +218,14 @@ def main(argv=None):
         os.makedirs(parts, exist_ok=True)
     files = {}
 
-    def embed(pipeline, name, seed, views=0):
+    def embed(pipeline, name, view=0, views=0):
         """Every image's backbone|embedding row, ``args.chunk`` images at
-        a time; rank 0 appends them to .npy files (view ``views``
-        of how many: one file for all views)."""
+        a time; rank 0 appends them to .npy files (a training view:
+        ``view`` of ``views``, one file for all of them)."""
         for start in range(0, len(good), args.chunk):
+            seed = int(
+                np.random.SeedSequence([args.seed, view, rank, start
+                                        ]).generate_state(1)[0] >> 1)
             dataset = ImageFiles(good[start:start + args.chunk], pipeline)
             loader = DataLoader(
                 dataset,
@@ -201,8 +233,8 @@ def main(argv=None):
                 sampler=DefaultSampler(dataset, shuffle=False),
                 num_workers=args.workers,
                 collate_fn=default_collate,
-                worker_init_fn=partial(_seed_worker, seed + start))
-            set_random_seed(seed + start)
+                worker_init_fn=partial(_seed_worker, seed))
+            set_random_seed(seed)
             shard = extract_feature_shard(
                 model,
                 loader,
@@ -226,13 +258,25 @@ def main(argv=None):
 
     size = args.size or crop_size(cfg)
     ways = pipelines(cfg, size)
-    embed(ways['center'], 'embed', args.seed)
     num_views = args.views if 'view' in ways else 0
-    for v in range(num_views):
-        embed(ways['view'], f'view {v + 1}',
-              args.seed + 1000 * (v + 1) + 100 * rank, num_views)
-    if rank != 0:
-        return None
+    try:
+        embed(ways['center'], 'embed')
+        for v in range(num_views):
+            embed(ways['view'], f'view {v + 1}', v + 1, num_views)
+        return write(args, files, good, bad, size,
+                     num_views) if rank == 0 else None
+    finally:  # (after an error too)
+        for f in files.values():
+            f.file.close()
+        if rank == 0:
+            shutil.rmtree(parts, ignore_errors=True)
+
+
+def write(args, files: dict, good: List[str], bad: list, size: int,
+          num_views: int):
+    """The output file from rank 0's row files; its NpzFile (None for a
+    csv)."""
+    world_size = get_dist_info()[1]
     width, rest = (files[k].shape[-1] for k in ('backbone', 'embedding'))
     small = dict(
         paths=np.array([osp.relpath(p, args.data_root) for p in good]),
@@ -250,7 +294,8 @@ def main(argv=None):
     for f in files.values():
         f.close()
     if args.format == 'npz':
-        np.savez(args.out, **small)
+        with open(args.out, 'wb') as out:  # (np.savez would add .npz)
+            np.savez(out, **small)
         with zipfile.ZipFile(args.out, 'a', allowZip64=True) as npz:
             for key, f in files.items():  # copied in blocks, not loaded
                 npz.write(f.path, key + '.npy')
@@ -264,7 +309,6 @@ def main(argv=None):
                 rows.writerows(
                     [path, *(f'{x:.7g}' for x in row)]
                     for path, row in zip(small['paths'][start:], block))
-    shutil.rmtree(parts)
     print(f'embedded {len(good)} images of {args.data_root} ({size} px, '
           f'backbone {width}, projection {rest}, {num_views} training '
           f'views, {world_size} processes); {len(bad)} not readable; wrote '

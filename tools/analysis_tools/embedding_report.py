@@ -47,6 +47,7 @@ def load(path: str, features: str) -> dict:
         raise SystemExit(f'{path}: no image was embedded')
     data['unit'] = F.normalize(torch.from_numpy(data[features]).float(), dim=1)
     data['name'] = f"{osp.basename(path)} ({data['checkpoint']})"
+    data['label'] = osp.splitext(osp.basename(path))[0][:14]
     return data
 
 
@@ -177,12 +178,11 @@ def main(argv=None) -> Dict:
         queries = sorted(
             np.random.default_rng(args.seed).permutation(
                 len(paths))[:args.num_queries].tolist())
-    rows = ''.join(
-        '<div class="row">' +
-        ''.join(f'<span class="run">{page.thumb(paths[q], "query")}' + ''.join(
+    rows = ''.join('<div class="row">' + ''.join(
+        f'<span class="run">{page.thumb(paths[q], r["label"])}' + ''.join(
             page.thumb(paths[i], f'{s:.3f}')
             for s, i in zip(f.sims[q].tolist(), f.ids[q].tolist())) + '</span>'
-                for f in found) + '</div>' for q in queries)
+        for r, f in zip(runs, found)) + '</div>' for q in queries)
     heads = ' | '.join(html.escape(r['name']) for r in runs)
     page.section('Neighbours: query, then its nearest images (cosine)',
                  f'<p>{heads}</p>' + rows)

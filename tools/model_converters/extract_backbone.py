@@ -126,14 +126,11 @@ def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
 
 
 class _Outputs(torch.nn.Module):
-    """The backbone's outputs as a tuple of tensors (a torchvision ResNet:
-    its pooled features, ``fc`` left out)."""
+    """The backbone's outputs as a tuple of tensors."""
 
     def __init__(self, net: torch.nn.Module) -> None:
         super().__init__()
         self.net = net
-        if hasattr(net, 'fc'):
-            net.fc = torch.nn.Identity()
 
     def forward(self, images: torch.Tensor) -> tuple:
         out = self.net(images)
@@ -144,19 +141,28 @@ def to_onnx(backbone: Dict[str, torch.Tensor], config: Optional[str],
             ckpt: dict, path: str, size: int) -> str:
     """The backbone as ONNX (batch dimension dynamic): ``model.backbone`` of
     ``config`` (default: the config in the checkpoint's meta) loaded with
-    every tensor (strict), else the torchvision ResNet that takes them."""
+    every tensor (strict), else the torchvision ResNet that takes them (its
+    pooled features: ``fc`` left out)."""
     text = config or (ckpt.get('meta') or {}).get('cfg')
     if text:
-        cfg = Config.fromfile(config) if config else Config.fromstring(
-            text, '.py')
-        with DefaultScope.overwrite_default_scope(
-                cfg.get('default_scope', 'mocoplug')):
-            net = MODELS.build(cfg.model.backbone)
-        net.load_state_dict(backbone, strict=True)
         source = 'model.backbone of ' + (config or "the checkpoint's config")
+        try:
+            cfg = Config.fromfile(config) if config else Config.fromstring(
+                text, '.py')
+            with DefaultScope.overwrite_default_scope(
+                    cfg.get('default_scope', 'mocoplug')):
+                net = MODELS.build(cfg.model.backbone)
+            net.load_state_dict(backbone, strict=True)
+        except Exception as error:
+            raise SystemExit(f'--format onnx: {source} does not take this '
+                             f'backbone ({type(error).__name__}: {error}); '
+                             'pass --config with its pretraining config')
     else:
         net, source = torchvision_resnet(backbone)
-        net.load_state_dict(backbone, strict=False)  # fc: left out
+        result = net.load_state_dict(backbone, strict=False)
+        left = [k for k in result.missing_keys if not k.startswith('fc.')]
+        assert not left and not result.unexpected_keys, result
+        net.fc = torch.nn.Identity()
     module = _Outputs(net)
     module.eval()  # (mmpretrain's train() returns None: no chaining)
     channels = next(v for v in module.state_dict().values()
@@ -190,8 +196,10 @@ def main(argv=None):
         '--config',
         help="onnx: the backbone's config (default: the "
         "checkpoint's)")
-    parser.add_argument('--size', type=int, default=224, help='onnx: input')
+    parser.add_argument('--size', type=int, help='onnx: input (224)')
     args = parser.parse_args(argv)
+    if args.format != 'onnx' and (args.config or args.size):
+        parser.error('--config and --size are options of --format onnx')
     same = osp.exists(args.out) and osp.exists(
         args.checkpoint) and osp.samefile(args.out, args.checkpoint)
     if same or (osp.exists(args.out) and not args.overwrite):
@@ -226,7 +234,7 @@ def main(argv=None):
     elif args.format in ('torchvision', 'timm'):
         torch.save(backbone, args.out)
     elif args.format == 'onnx':
-        print(to_onnx(backbone, args.config, ckpt, args.out, args.size))
+        print(to_onnx(backbone, args.config, ckpt, args.out, args.size or 224))
     else:
         with open(args.out, 'wb') as f:
             pickle.dump(

@@ -117,6 +117,34 @@ def test_csv_holds_the_same_rows_read_back_by_chunk(embedded, load_tool):
     assert not (tmp / 'moco.csv.parts').exists()
 
 
+def test_views_across_chunks_and_an_out_without_npz(embedded, load_tool):
+    """Two training views in chunks of 3 images: the centre rows are the
+    unchunked run's, the views differ from each other, and the file is
+    written where --out says (np.savez would add .npz)."""
+    tmp, root, _, _ = embedded
+    out = tmp / 'chunked'
+    load_tool('analysis_tools/embed').main([
+        CONFIG,
+        str(tmp / 'moco.pth'), '--data-root',
+        str(root), '--out',
+        str(out), '--workers', '0', '--batch-size', '5', '--views', '2',
+        '--chunk', '3'
+    ])
+    chunked, whole = np.load(out), np.load(tmp / 'moco.npz')
+    assert not (tmp / 'chunked.npz').exists()
+    assert chunked['views'].shape == (2, 16, 384)
+    assert not np.allclose(chunked['views'][0], chunked['views'][1])
+    for key in ('backbone', 'embedding'):  # batches of 3 against 5
+        np.testing.assert_allclose(
+            chunked[key], whole[key], rtol=1e-5, atol=1e-5)
+    with pytest.raises(SystemExit):
+        load_tool('analysis_tools/embed').main([
+            CONFIG, 'none', '--data-root',
+            str(root), '--out',
+            str(tmp / 'x.npz'), '--chunk', '0'
+        ])
+
+
 def _embed_rank(rank, port, argv):
     import torch.distributed as dist
 
@@ -141,6 +169,7 @@ def test_two_cpu_ranks_embed_as_one_process(embedded):
     one, two = np.load(tmp / 'moco.npz'), np.load(out)
     assert two['paths'].tolist() == one['paths'].tolist()
     assert int(two['processes']) == 2
+    assert not (tmp / 'two.npz.parts').exists()
     for key in ('backbone', 'embedding'):  # per-image kernels, as above
         np.testing.assert_allclose(two[key], one[key], rtol=1e-5, atol=1e-5)
 

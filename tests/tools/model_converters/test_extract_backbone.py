@@ -265,3 +265,15 @@ def test_onnx_format_runs_in_onnxruntime_as_the_backbone(
         # 5 tokens x 32 dims, values O(1)
         torch.testing.assert_close(
             torch.from_numpy(ours), theirs, rtol=1e-4, atol=1e-5)
+    # a config of another network is refused, naming --config; the onnx
+    # options are refused with the other formats
+    with pytest.raises(SystemExit, match='pass --config'):
+        load_tool(EXTRACT).main([
+            path,
+            str(tmp_path / 'x.onnx'), '--format', 'onnx', '--config',
+            str(config)
+        ])
+    with pytest.raises(SystemExit):
+        load_tool(EXTRACT).main(
+            [path, str(tmp_path / 'x.pth'), '--size', '64'])
+    assert not (tmp_path / 'x.onnx').exists()
