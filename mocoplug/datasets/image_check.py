@@ -2,7 +2,7 @@
 """Decode an image file as the training pipeline does, or say why not."""
 import inspect
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import mmcv
 import mmengine.fileio as fileio
@@ -63,6 +63,46 @@ def check_image(path: str,
     except UnreadableImageError as e:
         return str(e)
     return None
+
+
+#: PNG colour types as bands (alpha is no band; a palette: 3 bands, 8 bits)
+_PNG_BANDS = {0: 1, 2: 3, 3: 3, 4: 1, 6: 3}
+#: PIL modes of other files as (bands, bits); any other mode: (3, 8)
+_PIL_MODES = {
+    '1': (1, 1),
+    'L': (1, 8),
+    'LA': (1, 8),
+    'I': (1, 32),
+    'F': (1, 32),
+    'I;16': (1, 16),
+    'I;16B': (1, 16),
+    'I;16L': (1, 16),
+    'I;16N': (1, 16)
+}
+
+
+def file_format(path: str) -> Tuple[int, int]:
+    """(bands, bits per sample) an image file holds, from its header: an
+    alpha channel is no band; a palette or a colour space (CMYK, YCbCr) is
+    3 bands of 8 bits; PNG from its IHDR (PIL reads 16-bit RGB as 8-bit);
+    TIFF through tifffile (every axis but Y and X counts as bands)."""
+    if path.lower().endswith(('.tif', '.tiff')):
+        import tifffile
+        with tifffile.TiffFile(path) as tif:
+            series = tif.series[0]
+            bands = np.prod([
+                n for axis, n in zip(series.axes, series.shape)
+                if axis not in 'YX'
+            ])
+            return int(bands), series.dtype.itemsize * 8
+    with open(path, 'rb') as f:
+        head = f.read(26)
+    if head[:8] == b'\x89PNG\r\n\x1a\n' and head[12:16] == b'IHDR':
+        depth, colour = head[24], head[25]
+        return _PNG_BANDS.get(colour, 3), 8 if colour == 3 else depth
+    from PIL import Image
+    with Image.open(path) as img:
+        return _PIL_MODES.get(img.mode, (3, 8))
 
 
 def quiet_decoder_warnings() -> None:

@@ -29,7 +29,7 @@ from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
                               shards_parameters, wraps_in_ddp)
 from .dataloader_options import (without_collate_scope,
                                  without_idle_persistent_workers)
-from .run_checks import check_data_roots, check_loop_trains
+from .run_checks import check_bands, check_data_roots, check_loop_trains
 
 ConfigType = Union[Dict, Config, ConfigDict]
 
@@ -194,12 +194,14 @@ class MoCoRunner(Runner):
 
     def build_train_loop(self, loop):
         """mmengine's; in :meth:`train`, refusing a data root without images
-        before and a loop that cannot train after (:mod:`.run_checks`)."""
+        before, and after it images whose bands or bits the loader drops and
+        a loop that cannot train (:mod:`.run_checks`)."""
         training = getattr(self, '_training', False)
         if training and isinstance(loop, dict):
             check_data_roots(self._train_dataloader)
         loop = super().build_train_loop(loop)
         if training:
+            check_bands(loop)
             check_loop_trains(loop)
         return loop
 

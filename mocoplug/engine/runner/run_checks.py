@@ -4,10 +4,13 @@ same on every rank (docs/guarantees.md, "Refused before training")."""
 import os.path as osp
 from typing import Optional
 
+import numpy as np
+from mmcv.transforms import LoadImageFromFile
 from mmengine.dataset import InfiniteSampler
 from mmengine.dist import get_world_size
+from mmengine.logging import print_log
 
-from mocoplug.datasets.image_check import IMAGE_EXTENSIONS
+from mocoplug.datasets.image_check import IMAGE_EXTENSIONS, file_format
 from mocoplug.datasets.labelled_folder import has_image
 from mocoplug.engine.hooks.runner_info import (loader_batch_size,
                                                mean_over_ranks)
@@ -108,3 +111,87 @@ def check_loop_trains(loop) -> None:
             'train_cfg gives 0 iterations (max_epochs or max_iters is 0, '
             'or the schedule ends before it begins): nothing would train. '
             'Set train_cfg.max_epochs (or max_iters) to at least 1.')
+
+
+def check_bands(loop, samples: int = 16) -> None:
+    """Refuse training images whose bands or bit depth the pipeline's loader
+    would drop (more bands than it decodes, more than 8 bits into an 8-bit
+    decode) or, where it keeps them, that differ between files; read from
+    the headers of ``samples`` files spread over the dataset, decided alike
+    on every rank. 8-bit grayscale decoded as 3 channels is logged once,
+    more than 3 bands or 8 bits kept is a warning (the augmentations are
+    checked for 8-bit RGB only)."""
+    dataset = loop.dataloader.dataset
+    steps = list(getattr(getattr(dataset, 'pipeline', None), 'transforms', []))
+    index = next(
+        (i for i, t in enumerate(steps) if isinstance(t, LoadImageFromFile)),
+        None)
+    problem = None
+    if index is not None and hasattr(dataset, 'get_data_info'):
+        picks = np.linspace(0, len(dataset) - 1, min(samples, len(dataset)))
+        paths = [
+            dataset.get_data_info(int(i)).get('img_path', '')
+            for i in sorted(set(picks.round()))
+        ]
+        formats = {}
+        for path in paths:
+            try:  # (an unreadable file is the loader's to report)
+                fmt = file_format(path) if '://' not in path else None
+            except Exception:
+                fmt = None
+            if fmt:
+                formats.setdefault(fmt, []).append(path)
+        problem = _band_problem(formats, steps[index],
+                                f'train_dataloader.dataset.pipeline.{index}')
+    if mean_over_ranks([problem is not None])[0]:
+        raise problem or ValueError(
+            'train_dataloader.dataset: the images lose bands or bits on '
+            'another rank (its error names them)')
+
+
+def _band_problem(formats: dict, loader: LoadImageFromFile,
+                  field: str) -> Optional[Exception]:
+    keeps = loader.color_type == 'unchanged' or \
+        loader.imdecode_backend == 'tifffile'
+    decoded = 1 if loader.color_type == 'grayscale' else 3
+    where = (f'{field} ({type(loader).__name__}, color_type='
+             f'{loader.color_type!r}, imdecode_backend='
+             f'{loader.imdecode_backend!r})')
+
+    def held(fmt):
+        return (f'{fmt[0]} band(s) of {fmt[1]} bits (e.g. ' +
+                ', '.join(osp.basename(p) for p in formats[fmt][:3]) + ')')
+
+    lossy = [f for f in formats if f[0] > decoded or f[1] > 8]
+    if lossy and not keeps:
+        bands, bits = lossy[0]
+        lost = ' and '.join(text for text, yes in (('bands would be dropped',
+                                                    bands > decoded),
+                                                   ('values cut to 8 bits',
+                                                    bits > 8)) if yes)
+        return ValueError(
+            f'train_dataloader.dataset: the images hold {held(lossy[0])}, '
+            f'but {where} decodes {decoded} band(s) of 8 bits: {lost}. '
+            'Nothing is converted silently, and mocoplug does not train on '
+            'more than 3 bands or 8 bits yet (its augmentations are 8-bit '
+            'RGB operations): to train on 8-bit renderings, write the '
+            'images as 8-bit RGB or grayscale files first, choosing the '
+            'bands and the scaling (docs/user_guides/pretraining.md#bands-'
+            'and-bit-depth).')
+    if len(formats) > 1 and keeps:
+        return ValueError(
+            'train_dataloader.dataset: the images differ in bands or bit '
+            f'depth, which {where} keeps: ' +
+            '; '.join(held(f) for f in sorted(formats)) +
+            '. Make the folder hold one kind of image.')
+    if lossy:
+        print_log(
+            f'the images hold {held(lossy[0])}, kept by {where}; '
+            "mocoplug's augmentations and device-side path are checked for "
+            '8-bit RGB only', 'current', 30)
+    elif decoded == 3 and any(b == 1 for b, _ in formats):
+        gray = next(f for f in formats if f[0] == 1)
+        print_log(
+            f'the images hold {held(gray)}: {where} decodes them as 3 equal '
+            'channels (nothing lost; 1-channel training is not supported '
+            'yet)', 'current')

@@ -5,6 +5,7 @@ building the runner (MoCoRunner, the config's runner_type)."""
 import os.path as osp
 import time
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -190,3 +191,140 @@ def test_a_batch_sampler_gives_the_batch_size():
     loader = DataLoader(
         data, batch_sampler=BatchSampler(SequentialSampler(data), 4, False))
     assert loader.batch_size is None and loader_batch_size(loader) == 4
+
+
+FOLDER = osp.join(
+    ROOT, 'configs',
+    'mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_digits-folder.py')
+
+
+def write_band_images(folder, kind: str, count: int = 4) -> list:
+    """``count`` files of one kind: 'tiff4x16' (4 bands, 16 bits, written
+    by tifffile), 'png16' (16-bit grayscale), 'png8' (8-bit grayscale),
+    'jpg' (8-bit RGB)."""
+    import cv2
+    import tifffile
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(count):
+        suffix = 'tif' if kind.startswith('tiff') else kind[:3]
+        path = folder / f'{kind}_{i}.{suffix}'
+        if kind == 'tiff4x16':
+            tifffile.imwrite(
+                path, rng.integers(0, 65536, (32, 32, 4), dtype=np.uint16))
+        elif kind == 'png16':
+            cv2.imwrite(
+                str(path), rng.integers(0, 65536, (32, 32), dtype=np.uint16))
+        elif kind == 'png8':
+            cv2.imwrite(
+                str(path), rng.integers(0, 256, (32, 32), dtype=np.uint8))
+        else:
+            cv2.imwrite(
+                str(path), rng.integers(0, 256, (32, 32, 3), dtype=np.uint8))
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize('kind,held,lost', [
+    ('tiff4x16', '4 band(s) of 16 bits',
+     'bands would be dropped and values cut to 8 bits'),
+    ('png16', '1 band(s) of 16 bits', 'values cut to 8 bits'),
+])
+def test_bands_or_bits_the_loader_drops_are_refused_before_training(
+        load_tool, tmp_path, kind, held, lost):
+    """The folder config on 4-band 16-bit TIFFs or 16-bit grayscale PNGs:
+    cv2's colour decode would give 3 bands of 8 bits; refused before a
+    step, through tools/train.py."""
+    write_band_images(tmp_path / 'images', kind)
+    runner = runner_for(
+        load_tool, FOLDER, tmp_path / 'work',
+        f'train_dataloader.dataset.data_root='
+        f'{tmp_path / "images"}')
+    with pytest.raises(ValueError) as error:
+        runner.train()
+    text = str(error.value)
+    assert text.startswith(f'train_dataloader.dataset: the images hold {held}'
+                           f' (e.g. {kind}_0.')
+    assert ("but train_dataloader.dataset.pipeline.0 "
+            "(CheckedLoadImageFromFile, color_type='color', "
+            "imdecode_backend='cv2') decodes 3 band(s) of 8 bits: "
+            f'{lost}. Nothing is converted silently') in text
+    assert not list((tmp_path / 'work').glob('*.pth'))
+
+
+def test_16_bit_pngs_are_refused_through_mmpretrains_train_tool(
+        tmp_path, monkeypatch):
+    from ...packaged_tools import run_packaged_tool
+    write_band_images(tmp_path / 'images', 'png16')
+    with pytest.raises(ValueError, match='1 band.s. of 16 bits'):
+        run_packaged_tool(monkeypatch, 'mmpretrain', 'train', [
+            FOLDER, '--work-dir',
+            str(tmp_path / 'work'), '--cfg-options',
+            f'train_dataloader.dataset.data_root={tmp_path / "images"}',
+            f'experiment_name={unique_experiment_name(tmp_path)}'
+        ])
+
+
+def loop_over(folder, **loader):
+    """A stand-in train loop: the folder as CustomDataset with mocoplug's
+    checked loader (``loader`` its options)."""
+    from types import SimpleNamespace
+
+    from mmpretrain.datasets import CustomDataset
+    dataset = CustomDataset(
+        data_root=str(folder),
+        with_label=False,
+        pipeline=[dict(type='mocoplug.CheckedLoadImageFromFile', **loader)])
+    return SimpleNamespace(dataloader=SimpleNamespace(dataset=dataset))
+
+
+def test_what_the_band_check_lets_through_and_says(tmp_path, monkeypatch):
+    from mocoplug.engine.runner import run_checks
+    logged = []
+    monkeypatch.setattr(run_checks, 'print_log',
+                        lambda msg, *a, **k: logged.append(msg))
+    rgb = tmp_path / 'rgb'
+    write_band_images(rgb, 'jpg')
+    run_checks.check_bands(loop_over(rgb))  # 8-bit RGB: as before, silent
+    assert logged == []
+    mixed = tmp_path / 'mixed'
+    write_band_images(mixed, 'jpg')
+    write_band_images(mixed, 'png8')
+    (mixed / 'broken.png').write_bytes(b'not an image')  # the loader's
+    run_checks.check_bands(loop_over(mixed))
+    assert len(logged) == 1 and logged[0].startswith(
+        'the images hold 1 band(s) of 8 bits (e.g. png8_0.png, png8_1.png, '
+        'png8_2.png)') and 'decodes them as 3 equal channels' in logged[0]
+    # the loader keeps the files' bands and bits: one kind of file, and a
+    # warning that the augmentations are checked for 8-bit RGB only
+    with pytest.raises(ValueError, match='differ in bands or bit depth'):
+        run_checks.check_bands(loop_over(mixed, color_type='unchanged'))
+    tiff = tmp_path / 'tiff'
+    write_band_images(tiff, 'tiff4x16')
+    run_checks.check_bands(
+        loop_over(tiff, color_type='unchanged', imdecode_backend='tifffile'))
+    assert 'kept by' in logged[-1] and '8-bit RGB only' in logged[-1]
+
+
+def test_file_format_reads_the_headers(tmp_path):
+    from PIL import Image
+
+    from mocoplug.datasets.image_check import file_format
+    for kind, expected in (('tiff4x16', (4, 16)), ('png16', (1, 16)),
+                           ('png8', (1, 8)), ('jpg', (3, 8))):
+        path, = write_band_images(tmp_path, kind, 1)
+        assert file_format(str(path)) == expected, kind
+    rng = np.random.default_rng(1)
+    import cv2
+    cv2.imwrite(
+        str(tmp_path / 'rgb16.png'),
+        rng.integers(0, 65536, (8, 8, 3), dtype=np.uint16))
+    Image.fromarray(rng.integers(0, 256, (8, 8, 4),
+                                 dtype=np.uint8)).save(tmp_path / 'rgba.png')
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3),
+                                 dtype=np.uint8)).convert('P').save(
+                                     tmp_path / 'palette.png')
+    assert file_format(str(tmp_path / 'rgb16.png')) == (3, 16)  # PIL: 8
+    assert file_format(str(tmp_path / 'rgba.png')) == (3, 8)  # alpha: none
+    assert file_format(str(tmp_path / 'palette.png')) == (3, 8)
