@@ -24,7 +24,11 @@ accumulation (``optim_wrapper.accumulative_counts`` 1 or 2); checkpoint
 resume is warned about instead of claimed bit-identical); wrapper
 (``default``, or ``user``: the user's ``model_wrapper_cfg``, read on 2
 ranks); momentum (``schedule``, or ``frozen``: m = 1); and precision
-``fp16`` (AmpOptimWrapper with its GradScaler, CUDA only). Each config runs
+``fp16`` (AmpOptimWrapper with its GradScaler, CUDA only); bands, by the
+config (8-bit RGB images, or, for a config whose loader keeps the files'
+bands and bits, the same digits as 4-band 16-bit TIFFs: ``band_folder``),
+so its levels meet every other factor's through the config's pairs. Each
+config runs
 at a tiny size (32 px real images, 4 a rank a batch, 1 or 2 iterations an
 epoch, small networks of the config's kind) and every case asserts what its
 factors promise: it trains (finite losses, one momentum update per
@@ -46,6 +50,7 @@ import math
 import os
 import os.path as osp
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -235,6 +240,24 @@ def tiny_model(model: dict) -> dict:
     return model
 
 
+def band_folder(image_folder: str) -> str:
+    """The bands factor's other level: the same digits as 4-band 16-bit
+    TIFFs (the grey levels x 257 in band 4, uniform noise in bands 1-3),
+    written once beside ``image_folder``."""
+    import tifffile
+    from PIL import Image
+    root = image_folder.rstrip('/') + '_bands'
+    if not osp.isdir(root):
+        rng = np.random.default_rng(0)
+        for path in sorted(glob.glob(osp.join(image_folder, '*', '*.png'))):
+            gray = np.asarray(Image.open(path).convert('L'), np.uint16) * 257
+            noise = rng.integers(0, 65536, gray.shape + (3, ), np.uint16)
+            out = osp.join(root, osp.relpath(path, image_folder))[:-3] + 'tif'
+            os.makedirs(osp.dirname(out), exist_ok=True)
+            tifffile.imwrite(out, np.concatenate([noise, gray[..., None]], 2))
+    return root
+
+
 def tiny_cfg(case: dict, work_dir, image_folder: str, device: str) -> Config:
     """The case's config: the shipped one with small data and networks."""
     cfg = Config.fromfile(osp.join(ROOT, 'configs', case['config']))
@@ -257,7 +280,8 @@ def tiny_cfg(case: dict, work_dir, image_folder: str, device: str) -> Config:
     else:  # image files: a folder of real photographs' size
         loader.dataset = dict(
             type='CustomDataset',
-            data_root=image_folder,
+            data_root=band_folder(image_folder)
+            if 'tifffile' in str(dataset.pipeline) else image_folder,
             with_label=False,
             pipeline=shrink(dataset.pipeline))
     # one global batch an epoch, or two and one image more (dropped); 4

@@ -1,4 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+from .band_jitter import BandJitter
+from .band_mean_grayscale import BandMeanGrayscale
 from .checked_load_image import CheckedLoadImageFromFile
 from .crop_box_multi_view import CropBoxMultiView
 from .fast_color_jitter import FastColorJitter
@@ -11,8 +13,8 @@ from .pack_encoded_views import PackEncodedViews
 from .reseed_worker_per_epoch import ReseedWorkerPerEpoch
 
 __all__ = [
-    'CheckedLoadImageFromFile', 'CropBoxMultiView', 'FastColorJitter',
-    'FastGaussianBlur', 'FastRandomGrayscale', 'FixedRandomAffine',
-    'GeometricMultiView', 'LoadImageBytes', 'PackEncodedViews',
-    'ReseedWorkerPerEpoch'
+    'BandJitter', 'BandMeanGrayscale', 'CheckedLoadImageFromFile',
+    'CropBoxMultiView', 'FastColorJitter', 'FastGaussianBlur',
+    'FastRandomGrayscale', 'FixedRandomAffine', 'GeometricMultiView',
+    'LoadImageBytes', 'PackEncodedViews', 'ReseedWorkerPerEpoch'
 ]

@@ -113,14 +113,19 @@ def check_loop_trains(loop) -> None:
             'Set train_cfg.max_epochs (or max_iters) to at least 1.')
 
 
+#: pipeline steps that treat an image as 8-bit RGB (as their repr shows)
+RGB_ONLY = ('ColorJitter(', 'RandomGrayscale(', 'Solarize(', 'Posterize(',
+            'Equalize(', 'AutoContrast(', 'backend=pillow')
+
+
 def check_bands(loop, samples: int = 16) -> None:
     """Refuse training images whose bands or bit depth the pipeline's loader
     would drop (more bands than it decodes, more than 8 bits into an 8-bit
     decode) or, where it keeps them, that differ between files; read from
     the headers of ``samples`` files spread over the dataset, decided alike
-    on every rank. 8-bit grayscale decoded as 3 channels is logged once,
-    more than 3 bands or 8 bits kept is a warning (the augmentations are
-    checked for 8-bit RGB only)."""
+    on every rank. 8-bit grayscale decoded as 3 channels is logged once;
+    more than 3 bands or 8 bits kept are logged, or refused where a step of
+    ``RGB_ONLY`` would treat them as 8-bit RGB."""
     dataset = loop.dataloader.dataset
     steps = list(getattr(getattr(dataset, 'pipeline', None), 'transforms', []))
     index = next(
@@ -141,16 +146,18 @@ def check_bands(loop, samples: int = 16) -> None:
                 fmt = None
             if fmt:
                 formats.setdefault(fmt, []).append(path)
+        rgb = [op for op in RGB_ONLY if op in repr(dataset.pipeline)]
         problem = _band_problem(formats, steps[index],
-                                f'train_dataloader.dataset.pipeline.{index}')
+                                f'train_dataloader.dataset.pipeline.{index}',
+                                rgb)
     if mean_over_ranks([problem is not None])[0]:
         raise problem or ValueError(
             'train_dataloader.dataset: the images lose bands or bits on '
             'another rank (its error names them)')
 
 
-def _band_problem(formats: dict, loader: LoadImageFromFile,
-                  field: str) -> Optional[Exception]:
+def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
+                  rgb: list) -> Optional[Exception]:
     keeps = loader.color_type == 'unchanged' or \
         loader.imdecode_backend == 'tifffile'
     decoded = 1 if loader.color_type == 'grayscale' else 3
@@ -172,23 +179,30 @@ def _band_problem(formats: dict, loader: LoadImageFromFile,
         return ValueError(
             f'train_dataloader.dataset: the images hold {held(lossy[0])}, '
             f'but {where} decodes {decoded} band(s) of 8 bits: {lost}. '
-            'Nothing is converted silently, and mocoplug does not train on '
-            'more than 3 bands or 8 bits yet (its augmentations are 8-bit '
-            'RGB operations): to train on 8-bit renderings, write the '
-            'images as 8-bit RGB or grayscale files first, choosing the '
-            'bands and the scaling (docs/user_guides/pretraining.md#bands-'
-            'and-bit-depth).')
+            'Nothing is converted silently: to train on every band and bit, '
+            'use the steps of configs/mocov2/mocov2_smallconv4-w32_1xb64-'
+            'coslr-15e_multiband-folder.py (the files decoded as they are, '
+            'per-band mean and std from tools/analysis_tools/band_stats.py, '
+            'model.backbone.in_channels); to train on 8-bit renderings, '
+            'write the images as 8-bit RGB or grayscale files first.')
     if len(formats) > 1 and keeps:
         return ValueError(
             'train_dataloader.dataset: the images differ in bands or bit '
             f'depth, which {where} keeps: ' +
             '; '.join(held(f) for f in sorted(formats)) +
             '. Make the folder hold one kind of image.')
+    if lossy and rgb:
+        return ValueError(
+            f'train_dataloader.dataset: the images hold {held(lossy[0])}, '
+            f'kept by {where}, but the pipeline has steps for 8-bit RGB '
+            f'({", ".join(rgb)}): use the steps of '
+            'configs/mocov2/mocov2_smallconv4-w32_1xb64-coslr-15e_'
+            'multiband-folder.py (crop, blur, flip, per-band brightness and '
+            "contrast; RandomResizedCrop with backend='cv2').")
     if lossy:
         print_log(
-            f'the images hold {held(lossy[0])}, kept by {where}; '
-            "mocoplug's augmentations and device-side path are checked for "
-            '8-bit RGB only', 'current', 30)
+            f'the images hold {held(lossy[0])}, kept by {where}: the bands '
+            'and bits reach the model', 'current')
     elif decoded == 3 and any(b == 1 for b, _ in formats):
         gray = next(f for f in formats if f[0] == 1)
         print_log(

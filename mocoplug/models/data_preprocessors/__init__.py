@@ -1,4 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
+from .band_data_preprocessor import BandDataPreprocessor
 from .device_augment_data_preprocessor import DeviceAugmentDataPreprocessor
 
-__all__ = ['DeviceAugmentDataPreprocessor']
+__all__ = ['BandDataPreprocessor', 'DeviceAugmentDataPreprocessor']

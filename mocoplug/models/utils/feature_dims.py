@@ -36,8 +36,10 @@ def check_feature_dims(algorithm: str,
     field to set); logged and skipped if the backbone refuses the probe."""
     with _eval_mode(backbone, neck, predictor):
         feats, error = None, None
-        channels = getattr(backbone, 'in_channels', 3)
-        channels = channels if isinstance(channels, int) else 3
+        channels = next(
+            (m.in_channels
+             for m in backbone.modules() if isinstance(m, nn.Conv2d)),
+            3)  # the stem's
         for size in PROBE_SIZES:
             try:
                 feats = backbone(torch.zeros(1, channels, size, size))

@@ -266,7 +266,7 @@ def test_16_bit_pngs_are_refused_through_mmpretrains_train_tool(
         ])
 
 
-def loop_over(folder, **loader):
+def loop_over(folder, steps=(), **loader):
     """A stand-in train loop: the folder as CustomDataset with mocoplug's
     checked loader (``loader`` its options)."""
     from types import SimpleNamespace
@@ -275,7 +275,8 @@ def loop_over(folder, **loader):
     dataset = CustomDataset(
         data_root=str(folder),
         with_label=False,
-        pipeline=[dict(type='mocoplug.CheckedLoadImageFromFile', **loader)])
+        pipeline=[dict(type='mocoplug.CheckedLoadImageFromFile', **loader)] +
+        list(steps))
     return SimpleNamespace(dataloader=SimpleNamespace(dataset=dataset))
 
 
@@ -304,7 +305,13 @@ def test_what_the_band_check_lets_through_and_says(tmp_path, monkeypatch):
     write_band_images(tiff, 'tiff4x16')
     run_checks.check_bands(
         loop_over(tiff, color_type='unchanged', imdecode_backend='tifffile'))
-    assert 'kept by' in logged[-1] and '8-bit RGB only' in logged[-1]
+    assert 'kept by' in logged[-1] and 'reach the model' in logged[-1]
+    with pytest.raises(ValueError, match=r'steps for 8-bit RGB \(ColorJi'):
+        run_checks.check_bands(
+            loop_over(
+                tiff, [dict(type='mocoplug.FastColorJitter', brightness=0.4)],
+                color_type='unchanged',
+                imdecode_backend='tifffile'))
 
 
 def test_file_format_reads_the_headers(tmp_path):
