@@ -83,18 +83,24 @@ _PIL_MODES = {
 
 def file_format(path: str) -> Tuple[int, int]:
     """(bands, bits per sample) an image file holds, from its header: an
-    alpha channel is no band; a palette or a colour space (CMYK, YCbCr) is
-    3 bands of 8 bits; PNG from its IHDR (PIL reads 16-bit RGB as 8-bit);
-    TIFF through tifffile (every axis but Y and X counts as bands)."""
+    alpha channel of an 8-bit image is no band; a palette or a colour space
+    (CMYK, YCbCr, Lab) is 3 bands of 8 bits; PNG from its IHDR (PIL reads
+    16-bit RGB as 8-bit); TIFF through tifffile (every axis but Y and X
+    counts as bands; beyond 8 bits an extra sample is a band)."""
     if path.lower().endswith(('.tif', '.tiff')):
         import tifffile
         with tifffile.TiffFile(path) as tif:
-            series = tif.series[0]
-            bands = np.prod([
-                n for axis, n in zip(series.axes, series.shape)
-                if axis not in 'YX'
-            ])
-            return int(bands), series.dtype.itemsize * 8
+            page, series = tif.pages[0], tif.series[0]
+            bits = series.dtype.itemsize * 8
+            if int(page.photometric) in (3, 5, 6, 8):  # palette, CMYK, ...
+                return 3, 8
+            bands = int(
+                np.prod([
+                    n for axis, n in zip(series.axes, series.shape)
+                    if axis not in 'YX'
+                ]))
+            alpha = sum(int(e) in (1, 2) for e in page.extrasamples or ())
+            return bands - (alpha if bits == 8 else 0), bits
     with open(path, 'rb') as f:
         head = f.read(26)
     if head[:8] == b'\x89PNG\r\n\x1a\n' and head[12:16] == b'IHDR':
@@ -103,6 +109,15 @@ def file_format(path: str) -> Tuple[int, int]:
     from PIL import Image
     with Image.open(path) as img:
         return _PIL_MODES.get(img.mode, (3, 8))
+
+
+def tiff_is_planar(path: str) -> bool:
+    """Whether a TIFF stores its bands before its rows (``C x H x W``),
+    which mmcv's tifffile decode returns channel-first."""
+    import tifffile
+    with tifffile.TiffFile(path) as tif:
+        axes = tif.series[0].axes
+    return bool(axes) and axes[-1] == 'X' and len(axes) > 2
 
 
 def quiet_decoder_warnings() -> None:

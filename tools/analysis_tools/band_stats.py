@@ -6,7 +6,8 @@ import argparse
 
 import numpy as np
 
-from mocoplug.datasets.image_check import decode_image, find_images
+from mocoplug.datasets.image_check import (decode_image, find_images,
+                                           tiff_is_planar)
 
 
 def band_stats(paths, backend: str = 'auto') -> tuple:
@@ -17,6 +18,9 @@ def band_stats(paths, backend: str = 'auto') -> tuple:
     count, kinds = 0, set()
     for path in paths:
         tiff = path.lower().endswith(('.tif', '.tiff'))
+        if tiff and tiff_is_planar(path):
+            raise ValueError(f'{path}: bands before rows (bands x H x W); '
+                             'write the TIFFs pixel-interleaved')
         img = decode_image(
             path,
             ('tifffile' if tiff else 'cv2') if backend == 'auto' else backend,

@@ -5,12 +5,15 @@ import os.path as osp
 from typing import Optional
 
 import numpy as np
+import torch.nn as nn
 from mmcv.transforms import LoadImageFromFile
 from mmengine.dataset import InfiniteSampler
 from mmengine.dist import get_world_size
 from mmengine.logging import print_log
+from mmpretrain.utils import get_ori_model
 
-from mocoplug.datasets.image_check import IMAGE_EXTENSIONS, file_format
+from mocoplug.datasets.image_check import (IMAGE_EXTENSIONS, file_format,
+                                           tiff_is_planar)
 from mocoplug.datasets.labelled_folder import has_image
 from mocoplug.engine.hooks.runner_info import (loader_batch_size,
                                                mean_over_ranks)
@@ -132,24 +135,28 @@ def check_bands(loop, samples: int = 16) -> None:
         (i for i, t in enumerate(steps) if isinstance(t, LoadImageFromFile)),
         None)
     problem = None
-    if index is not None and hasattr(dataset, 'get_data_info'):
-        picks = np.linspace(0, len(dataset) - 1, min(samples, len(dataset)))
-        paths = [
-            dataset.get_data_info(int(i)).get('img_path', '')
-            for i in sorted(set(picks.round()))
-        ]
-        formats = {}
-        for path in paths:
-            try:  # (an unreadable file is the loader's to report)
-                fmt = file_format(path) if '://' not in path else None
-            except Exception:
-                fmt = None
-            if fmt:
-                formats.setdefault(fmt, []).append(path)
-        rgb = [op for op in RGB_ONLY if op in repr(dataset.pipeline)]
-        problem = _band_problem(formats, steps[index],
-                                f'train_dataloader.dataset.pipeline.{index}',
-                                rgb)
+    try:  # (a dataset this cannot read: no decision, on no rank)
+        if index is not None and hasattr(dataset, 'get_data_info'):
+            picks = np.linspace(0,
+                                len(dataset) - 1, min(samples, len(dataset)))
+            paths = [
+                dataset.get_data_info(int(i)).get('img_path') or ''
+                for i in sorted(set(picks.round()))
+            ]
+            formats = {}
+            for path in paths:
+                try:  # (an unreadable file is the loader's to report)
+                    fmt = file_format(path) if '://' not in path else None
+                except Exception:
+                    fmt = None
+                if fmt:
+                    formats.setdefault(fmt, []).append(path)
+            field = f'train_dataloader.dataset.pipeline.{index}'
+            rgb = [op for op in RGB_ONLY if op in repr(dataset.pipeline)]
+            problem = _band_problem(formats, steps[index], field, rgb) or \
+                _kept_problem(formats, steps[index], field, loop)
+    except Exception:
+        problem = None
     if mean_over_ranks([problem is not None])[0]:
         raise problem or ValueError(
             'train_dataloader.dataset: the images lose bands or bits on '
@@ -160,7 +167,7 @@ def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
                   rgb: list) -> Optional[Exception]:
     keeps = loader.color_type == 'unchanged' or \
         loader.imdecode_backend == 'tifffile'
-    decoded = 1 if loader.color_type == 'grayscale' else 3
+    decoded = 1 if loader.color_type.startswith('grayscale') else 3
     where = (f'{field} ({type(loader).__name__}, color_type='
              f'{loader.color_type!r}, imdecode_backend='
              f'{loader.imdecode_backend!r})')
@@ -209,3 +216,40 @@ def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
             f'the images hold {held(gray)}: {where} decodes them as 3 equal '
             'channels (nothing lost; 1-channel training is not supported '
             'yet)', 'current')
+
+
+def _kept_problem(formats: dict, loader: LoadImageFromFile, field: str,
+                  loop) -> Optional[Exception]:
+    """Where the loader keeps the files' bands: channel-first TIFFs (mmcv's
+    tifffile decode returns them so) and a band count other than the
+    model's stem and preprocessor take."""
+    if not formats or loader.color_type != 'unchanged' and \
+            loader.imdecode_backend != 'tifffile':
+        return None
+    bands = next(iter(formats))[0]
+    if loader.imdecode_backend == 'tifffile':
+        planar = [
+            p for paths in formats.values() for p in paths
+            if p.lower().endswith(('.tif', '.tiff')) and tiff_is_planar(p)
+        ]
+        if planar:
+            return ValueError(
+                f'train_dataloader.dataset: {osp.basename(planar[0])} stores '
+                f'its bands before its rows (bands x H x W), which {field} '
+                "(imdecode_backend='tifffile') decodes channel-first: write "
+                "the TIFFs pixel-interleaved (tifffile.imwrite(..., "
+                "planarconfig='contig'), GDAL INTERLEAVE=PIXEL).")
+    model = get_ori_model(loop.runner.model)
+    stem = next((m.in_channels for m in model.modules()
+                 if isinstance(m, nn.Conv2d) and m.in_channels), None)
+    mean = getattr(getattr(model, 'data_preprocessor', None), 'mean', None)
+    takes = {stem, None if mean is None else mean.numel()} - {None}
+    if takes and takes != {bands}:
+        return ValueError(
+            f'train_dataloader.dataset: the images hold {bands} band(s), '
+            f'the model takes {sorted(takes)} (model.backbone.in_channels '
+            f'{stem}, data_preprocessor.mean of '
+            f'{None if mean is None else mean.numel()} values): set both '
+            f'to the files\' (tools/analysis_tools/band_stats.py prints '
+            'them).')
+    return None

@@ -13,18 +13,18 @@ class BandDataPreprocessor(SelfSupDataPreprocessor):
     bands and any bit depth (multispectral tiles as in SSL4EO-S12, Wang et
     al. 2022; 16-bit scans): one ``mean`` and ``std`` per band, in the
     files' value range (mmengine's take 1 or 3 values), the bands in the
-    files' order.
+    decoded order (a TIFF's own; cv2: a colour PNG's as B, G, R).
 
     Args:
         mean (Sequence[float]): Per band.
         std (Sequence[float]): Per band.
-        **kwargs: ``SelfSupDataPreprocessor``'s others; ``to_rgb`` is
-            refused (the bands are not BGR).
+        **kwargs: ``SelfSupDataPreprocessor``'s others; a channel swap
+            (``to_rgb``, ``bgr_to_rgb``, ``rgb_to_bgr``) is refused.
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float],
                  **kwargs) -> None:
-        if kwargs.get('to_rgb') or kwargs.get('bgr_to_rgb'):
+        if any(kwargs.get(k) for k in ('to_rgb', 'bgr_to_rgb', 'rgb_to_bgr')):
             raise ValueError('BandDataPreprocessor: to_rgb swaps BGR to RGB; '
                              'the bands stay in the files\' order')
         if len(mean) != len(std) or not len(mean):

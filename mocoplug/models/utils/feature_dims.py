@@ -36,10 +36,9 @@ def check_feature_dims(algorithm: str,
     field to set); logged and skipped if the backbone refuses the probe."""
     with _eval_mode(backbone, neck, predictor):
         feats, error = None, None
-        channels = next(
-            (m.in_channels
-             for m in backbone.modules() if isinstance(m, nn.Conv2d)),
-            3)  # the stem's
+        channels = next((m.in_channels for m in backbone.modules()
+                         if isinstance(m, nn.Conv2d) and m.in_channels),
+                        3)  # the stem's (a lazy one: 3)
         for size in PROBE_SIZES:
             try:
                 feats = backbone(torch.zeros(1, channels, size, size))

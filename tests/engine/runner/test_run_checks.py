@@ -266,18 +266,21 @@ def test_16_bit_pngs_are_refused_through_mmpretrains_train_tool(
         ])
 
 
-def loop_over(folder, steps=(), **loader):
+def loop_over(folder, steps=(), bands=3, **loader):
     """A stand-in train loop: the folder as CustomDataset with mocoplug's
-    checked loader (``loader`` its options)."""
+    checked loader (``loader`` its options), a model taking ``bands``."""
     from types import SimpleNamespace
 
     from mmpretrain.datasets import CustomDataset
+    model = torch.nn.Sequential(torch.nn.Conv2d(bands, 4, 3))
     dataset = CustomDataset(
         data_root=str(folder),
         with_label=False,
         pipeline=[dict(type='mocoplug.CheckedLoadImageFromFile', **loader)] +
         list(steps))
-    return SimpleNamespace(dataloader=SimpleNamespace(dataset=dataset))
+    return SimpleNamespace(
+        dataloader=SimpleNamespace(dataset=dataset),
+        runner=SimpleNamespace(model=model))
 
 
 def test_what_the_band_check_lets_through_and_says(tmp_path, monkeypatch):
@@ -303,9 +306,20 @@ def test_what_the_band_check_lets_through_and_says(tmp_path, monkeypatch):
         run_checks.check_bands(loop_over(mixed, color_type='unchanged'))
     tiff = tmp_path / 'tiff'
     write_band_images(tiff, 'tiff4x16')
-    run_checks.check_bands(
-        loop_over(tiff, color_type='unchanged', imdecode_backend='tifffile'))
+    kept = dict(color_type='unchanged', imdecode_backend='tifffile')
+    run_checks.check_bands(loop_over(tiff, bands=4, **kept))
     assert 'kept by' in logged[-1] and 'reach the model' in logged[-1]
+    with pytest.raises(
+            ValueError,
+            match=r'hold 4 band.s., the model takes '
+            r'\[3\] \(model.backbone.in_channels 3'):
+        run_checks.check_bands(loop_over(tiff, bands=3, **kept))
+    import tifffile
+    planar = tmp_path / 'planar'
+    planar.mkdir()
+    tifffile.imwrite(planar / 'p.tif', np.zeros((4, 8, 9), np.uint16))
+    with pytest.raises(ValueError, match='stores its bands before its rows'):
+        run_checks.check_bands(loop_over(planar, bands=4, **kept))
     with pytest.raises(ValueError, match=r'steps for 8-bit RGB \(ColorJi'):
         run_checks.check_bands(
             loop_over(
@@ -335,3 +349,23 @@ def test_file_format_reads_the_headers(tmp_path):
     assert file_format(str(tmp_path / 'rgb16.png')) == (3, 16)  # PIL: 8
     assert file_format(str(tmp_path / 'rgba.png')) == (3, 8)  # alpha: none
     assert file_format(str(tmp_path / 'palette.png')) == (3, 8)
+    # 8-bit RGBA, CMYK and palette TIFFs: 3 bands to cv2's colour decode
+    # (trained before the check, not refused by it)
+    import tifffile
+    pixels = rng.integers(0, 256, (8, 8, 4), dtype=np.uint8)
+    tifffile.imwrite(
+        tmp_path / 'rgba.tif',
+        pixels,
+        photometric='rgb',
+        extrasamples=['unassalpha'])
+    tifffile.imwrite(tmp_path / 'cmyk.tif', pixels, photometric='separated')
+    tifffile.imwrite(
+        tmp_path / 'palette.tif',
+        pixels[..., 0],
+        photometric='palette',
+        colormap=rng.integers(0, 65536, (3, 256), dtype=np.uint16))
+    for name in ('rgba', 'cmyk', 'palette'):
+        assert file_format(str(tmp_path / f'{name}.tif')) == (3, 8), name
+    # beyond 8 bits an extra sample is a band (tifffile marks a 4th alpha)
+    tifffile.imwrite(tmp_path / 'rgbn.tif', pixels.astype(np.uint16) * 257)
+    assert file_format(str(tmp_path / 'rgbn.tif')) == (4, 16)
