@@ -113,14 +113,24 @@ def checkpoint_state(path: str,
     return state
 
 
-def fit_layout(
-    state: Dict[str, torch.Tensor],
-    module: nn.Module,
-    what: str,
-    prefix: Optional[str] = None,
-    keep_init: Tuple[str, ...] = (),
-    unread: Tuple[str, ...] = ()
-) -> Tuple[Layout, dict]:
+def adapt_stem(weight: torch.Tensor, bands: int) -> torch.Tensor:
+    """An RGB stem's weight (out, 3, k, k) for ``bands`` input bands by
+    timm's ``adapt_input_conv`` rule: summed over RGB for 1 band; else RGB
+    repeated to ``bands`` and scaled by 3 / bands (the response's scale
+    kept: a grey image's exactly where the bands are whole repeats)."""
+    if bands == 1:
+        return weight.sum(dim=1, keepdim=True)
+    repeat = -(-bands // weight.shape[1])
+    return weight.repeat(1, repeat, 1, 1)[:, :bands] * (3 / bands)
+
+
+def fit_layout(state: Dict[str, torch.Tensor],
+               module: nn.Module,
+               what: str,
+               prefix: Optional[str] = None,
+               keep_init: Tuple[str, ...] = (),
+               unread: Tuple[str, ...] = (),
+               stems: Optional[list] = None) -> Tuple[Layout, dict]:
     """The one loading rule: the first layout (``prefix`` first, then
     ``LAYOUTS``) under which ``state`` gives every tensor of ``module``
     (``num_batches_tracked`` may be absent) at its shape and nothing else;
@@ -129,8 +139,11 @@ def fit_layout(
     layout's prefix removed, the checkpoint's names) are meant for other
     modules, ``variable_size_state`` entries are the device's: the two
     prefixes stated by
-    the caller, never inferred. Returns the layout and the tensors to load;
-    ValueError naming ``what``, the layouts tried and their counts."""
+    the caller, never inferred. With ``stems`` (a list), an RGB weight for
+    the module's first convolution of other input bands is adapted by
+    :func:`adapt_stem` and its name appended. Returns the layout and the
+    tensors to load; ValueError naming ``what``, the layouts tried and
+    their counts."""
     variable = variable_size_state(module)  # a generator's state
     target = {
         k: v
@@ -162,6 +175,13 @@ def fit_layout(
             for k, v in source.items()
             if not k.startswith(keep_init) and k not in variable
         }
+        stem = next((k for k, v in target.items() if v.dim() == 4), None)
+        adapted = stems is not None and stem in source and \
+            source[stem].dim() == 4 and source[stem].shape[1] == 3 and \
+            target[stem].shape[1] != 3 and \
+            source[stem].shape[2:] == target[stem].shape[2:]
+        if adapted:
+            source[stem] = adapt_stem(source[stem], target[stem].shape[1])
         loaded = {
             k: v
             for k, v in source.items()
@@ -170,6 +190,8 @@ def fit_layout(
         extra = [k for k in source if k not in loaded]  # or other shape
         missing = [k for k in required if k not in loaded]
         if not missing and not extra:
+            if adapted:
+                stems.append(stem)
             return layout, loaded
         if timm:  # the official ViT: refuse what does not map exactly
             unplaced = [
@@ -211,8 +233,9 @@ def load_encoder_checkpoint(
     unread (but the key encoder, queue, classifier) are logged as WARNING.
     Returns ``layout``, ``neck``, ``predictor`` ('loaded' or why fresh)."""
     state = checkpoint_state(path, 'encoders_from')
-    (name, prefix, heads, preds,
-     skip), loaded = fit_layout(state, backbone, f'encoders_from={path!r}')
+    stems = []
+    (name, prefix, heads, preds, skip), loaded = fit_layout(
+        state, backbone, f'encoders_from={path!r}', stems=stems)
     required = [
         k for k in backbone.state_dict()
         if not k.endswith('num_batches_tracked')
@@ -220,6 +243,10 @@ def load_encoder_checkpoint(
     backbone.load_state_dict(loaded, strict=False)
     read = {prefix + k for k in _under(state, prefix, skip)}
     report = dict(layout=name)
+    if stems:
+        bands = backbone.state_dict()[stems[-1]].shape[1]
+        report['stem'] = (f'{stems[-1]}: RGB weights adapted to {bands} '
+                          'bands (timm\'s adapt_input_conv rule)')
     for part, module, where in (('neck', neck, heads), ('predictor', predictor,
                                                         preds)):
         if module is None:

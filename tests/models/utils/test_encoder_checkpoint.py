@@ -452,3 +452,60 @@ def test_tensors_not_loaded_are_warned(tmp_path, monkeypatch):
     (warning, ) = warnings(logs)
     for part in ('module.base_encoder.fc.*', 'module.predictor.0.*'):
         assert part in warning, (part, warning)
+
+
+def test_adapt_stem_is_timms_rule_on_a_hand_computed_case():
+    weight = torch.arange(6.).view(2, 3, 1, 1)  # out 2, RGB
+    adapt = encoder_checkpoint.adapt_stem
+    assert adapt(weight, 1).flatten().tolist() == [3., 12.]  # summed
+    assert adapt(weight, 2).flatten().tolist() == [0., 1.5, 4.5, 6.]
+    assert adapt(weight, 4).flatten().tolist() == [
+        0., .75, 1.5, 0., 2.25, 3., 3.75, 2.25
+    ]  # R G B R, x 3/4
+    # a grey image (one value in every band) gets the RGB response where
+    # the bands are whole repeats of RGB
+    assert torch.allclose(
+        adapt(weight, 6).sum((1, 2, 3)), weight.sum((1, 2, 3)))
+
+
+@pytest.mark.parametrize('bands', [1, 4])
+def test_rgb_weights_start_an_n_band_stem_by_the_rule(tmp_path, monkeypatch,
+                                                      bands):
+    """encoders_from with a 3-band checkpoint into a model of ``bands``:
+    the stem by :func:`adapt_stem`, every other tensor as saved, logged."""
+
+    def build(in_channels, path=None):
+        model = MODELS.build(
+            dict(
+                type='MoCo',
+                backbone=dict(
+                    type='SmallConvNet',
+                    in_channels=in_channels,
+                    channels=(8, 16, 16, 32),
+                    pool_after=(0, 1, 2)),
+                neck=dict(
+                    type='MoCoProjectionNeck',
+                    in_channels=32,
+                    hid_channels=32,
+                    out_channels=16),
+                head=dict(type='InfoNCEHead', temperature=0.2),
+                queue=dict(type='NegativeKeyQueue', size=8, dim=16),
+                shuffle_bn='none',
+                encoders_from=path))
+        model.init_weights()
+        return model
+
+    rgb = build(3)
+    path = str(tmp_path / 'rgb.pth')
+    torch.save(dict(state_dict=rgb.state_dict()), path)
+    logs = capture_log(monkeypatch)
+    model = build(bands, path)
+    expected = encoder_checkpoint.adapt_stem(
+        rgb.backbone.state_dict()['layers.0.weight'], bands)
+    for encoder in (model.backbone, model.momentum_encoder.backbone):
+        for name, tensor in encoder.state_dict().items():
+            want = expected if name == 'layers.0.weight' else \
+                rgb.backbone.state_dict()[name]
+            assert torch.equal(tensor, want), name
+    assert any(f'layers.0.weight: RGB weights adapted to {bands} bands' in m
+               for _, m in logs)
