@@ -5,8 +5,7 @@ from . import compat  # noqa: F401  (applies the patches first)
 from .version import __version__, version_info
 
 # isort: off
-from . import datasets, engine, evaluation  # noqa: E402,F401
-from . import models, visualization  # noqa: E402,F401
+from . import datasets, engine, evaluation, models, visualization  # noqa: F401
 # isort: on
 
 __all__ = ['__version__', 'version_info']

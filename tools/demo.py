@@ -2,16 +2,15 @@
 """The embedded demo: MoCo v2 pretrained without labels on scikit-learn's
 digits, against raw pixels and random init (kNN, linear probe with 1%/10% of
 the labels, clean and perturbed); prints the tables, writes results.json/png
-and the embedding report of the held-out digits (random init vs MoCo).
-"""
+and the embedding report of the held-out digits (random init vs MoCo)."""
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import os.path as osp
 import time
 import warnings
+from runpy import run_path
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -40,7 +39,6 @@ CONFIG = osp.join(
     'mocov2/mocov2_smallconv4-w32_1xb64-splitbn-coslr-15e_digits.py')
 DEVICE_AUGMENT_CONFIG = CONFIG.replace('.py', '_device-aug.py')
 KNN = dict(k=20, temperature=0.07)
-# label fraction -> number of stratified draws (few labels vary more)
 LABEL_FRACTIONS = {0.01: 10, 0.1: 3}
 PERTURBATION = dict(
     type='FixedRandomAffine',
@@ -64,9 +62,8 @@ class EpochPrinter(Hook):
         self.start = time.time()
 
     def after_train_epoch(self, runner):
-        knn = next((h.last_metrics
-                    for h in runner.hooks if isinstance(h, KNNMonitorHook)),
-                   {})
+        hooks = [h for h in runner.hooks if isinstance(h, KNNMonitorHook)]
+        knn = hooks[0].last_metrics if hooks else {}
         if runner.epoch > 0 and not knn:
             return
         n = len(runner.train_dataloader)
@@ -79,17 +76,18 @@ class EpochPrinter(Hook):
             f'{runner.max_epochs}  loss {loss:.3f}  contrastive acc '
             f'{acc:5.1f}%  {knn_text}  ({time.time() - self.start:.0f}s)',
             flush=True)
-        for hook in runner.hooks:  # print each kNN figure once
-            if isinstance(hook, KNNMonitorHook):
-                hook.last_metrics = {}
+        for hook in hooks:  # print each kNN figure once
+            hook.last_metrics = {}
 
 
 def pretrain(cfg: Config, seed: int, work_dir: str):
-    """Pretrain MoCo with ``seed``; return the model and its scalars log."""
+    """Pretrain MoCo with ``seed`` on every core (unless OMP_NUM_THREADS is
+    set); return the model and its scalars log."""
+    torch.set_num_threads(
+        int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
     cfg = copy.deepcopy(cfg)
     cfg.work_dir = work_dir
-    cfg.randomness = dict(seed=seed)
-    cfg.log_level = 'WARNING'  # the full log is in the work dir
+    cfg.randomness, cfg.log_level = dict(seed=seed), 'WARNING'
     runner = RUNNERS.build(cfg)  # the config's runner_type
     runner.register_hook(EpochPrinter(f'seed {seed}'))
     runner.train()
@@ -101,9 +99,13 @@ def digits_loader(split: str,
                   dataset: str = 'DigitsDataset') -> DataLoader:
     pipeline = ([PERTURBATION]
                 if perturbed else []) + [dict(type='PackInputs')]
-    dataset = DATASETS.build(
-        dict(type=dataset, split=split, pipeline=pipeline))
-    return DataLoader(dataset, batch_size=256, collate_fn=default_collate)
+    return loader(dict(type=dataset, split=split, pipeline=pipeline))
+
+
+def loader(dataset: dict) -> DataLoader:
+    """Batches of 256 of ``DATASETS.build(dataset)``, in order."""
+    return DataLoader(
+        DATASETS.build(dataset), batch_size=256, collate_fn=default_collate)
 
 
 def estimate_bn_statistics(model, loader: DataLoader) -> None:
@@ -134,23 +136,23 @@ def encode(model,
 
 
 def knn_figures(feats: Dict[str, tuple],
-                num_classes: int = 10) -> Dict[str, float]:
-    """Weighted kNN top-1 (%) of the test sets, ``train`` as memory."""
+                num_classes: int = 10,
+                names: Sequence[str] = TEST_SETS) -> Dict[str, float]:
+    """Weighted kNN top-1 (%) of the ``names`` sets, ``train`` as memory."""
     bank, bank_labels = feats['train']
     return {
         name:
         weighted_knn_accuracy(*feats[name], bank, bank_labels, num_classes,
                               (KNN['k'], ),
                               KNN['temperature'])[f'top1_k{KNN["k"]}']
-        for name in TEST_SETS
+        for name in names
     }
 
 
 def label_efficiency(feats: Dict[str, tuple],
-                     fractions: Dict[float, int]) -> Dict[str, dict]:
+                     fractions: dict = LABEL_FRACTIONS) -> Dict[str, dict]:
     """``{'1%': {'clean': [accuracy per draw], 'perturbed': [...]}, ...}``
-    of a logistic regression on stratified label draws (seed 0: the same
-    for every encoder)."""
+    of a logistic regression on stratified label draws (seed 0)."""
     train, labels = feats['train']
     out = {}
     for fraction, draws in fractions.items():
@@ -182,103 +184,86 @@ def summarise(per_encoder: Dict[str, List[dict]]) -> Dict[str, dict]:
 
 
 def format_tables(summary: Dict[str, dict], seeds: Sequence[int],
-                  fractions: Dict[float, int], num_labels: Dict[str,
-                                                                int]) -> str:
+                  fractions: Dict[float, int], num_labels: dict) -> str:
     """The two tables of the demo, as text."""
 
-    def cell(stat):
-        return f'{stat["mean"]:5.1f} ± {stat["std"]:3.1f}'
+    def table(width: int, columns: list, stats_of) -> List[str]:
+        """A header of ``columns`` and a row per encoder: ``stats_of``."""
+        head = f'{"encoder":<14}' + ''.join(f'{c:>{width}}' for c in columns)
+        return [head] + [
+            f'{name:<14}' +
+            ''.join(f'{s["mean"]:5.1f} ± {s["std"]:3.1f}'.rjust(width)
+                    for s in stats_of(stats))
+            for name, stats in summary.items()
+        ]
 
-    seeds_text = ', '.join(str(s) for s in seeds)
-    lines = [
-        f'weighted kNN top-1 (%) on the 539 held-out digits (k={KNN["k"]}, '
-        f'memory: the 1258 training digits), mean ± std over seeds '
-        f'{seeds_text}', f'{"encoder":<14}{"clean":>14}{"perturbed":>14}'
-    ]
-    for name, stats in summary.items():
-        lines.append(f'{name:<14}' + ''.join(f'{cell(stats["knn"][t]):>14}'
-                                             for t in TEST_SETS))
     keys = [f'{f:.0%}' for f in fractions]
+    pairs = [(k, t) for k in keys for t in TEST_SETS]
     draws = ', '.join(f'{k}: {fractions[f]} draws, {num_labels[k]} labels'
                       for k, f in zip(keys, fractions))
-    lines += [
-        '', 'linear classifier on frozen features trained with a share of the '
-        'training labels,',
-        f'top-1 (%) on the held-out digits, mean ± std over seeds x label '
-        f'draws ({draws})', f'{"encoder":<14}' + ''.join(f'{f"{k} {t}":>16}'
-                                                         for k in keys
-                                                         for t in TEST_SETS)
-    ]
-    for name, stats in summary.items():
-        lines.append(f'{name:<14}' +
-                     ''.join(f'{cell(stats["linear"][k][t]):>16}' for k in keys
-                             for t in TEST_SETS))
-    return '\n'.join(lines)
+    return '\n'.join([
+        f'weighted kNN top-1 (%) on the 539 held-out digits (k={KNN["k"]}, '
+        f'memory: the 1258 training digits), mean ± std over seeds '
+        f'{", ".join(str(s) for s in seeds)}',
+        *table(14, TEST_SETS, lambda s: [s['knn'][t] for t in TEST_SETS]), '',
+        'linear classifier on frozen features trained with a share of the '
+        'training labels,', f'top-1 (%) on the held-out digits, mean ± std '
+        f'over seeds x label draws ({draws})',
+        *table(16, [f'{k} {t}' for k, t in pairs],
+               lambda s: [s['linear'][k][t] for k, t in pairs])
+    ])
 
 
 def figure(summary: Dict[str, dict], runs: Dict[int, List[dict]],
            fractions: Dict[float, int], path: str) -> str:
     """Bars of both tables and the loss / kNN curves of every seed."""
-
-    def bars(get):
-        return {
-            name: {
-                t: (get(stats)[t]['mean'], get(stats)[t]['std'])
-                for t in TEST_SETS
-            }
-            for name, stats in summary.items()
+    gets = [('weighted kNN (k=20), held-out digits', lambda s: s['knn'])]
+    gets += [(f'linear classifier, {f:.0%} of the labels',
+              lambda s, k=f'{f:.0%}': s['linear'][k]) for f in fractions]
+    tables = [(title, 'top-1 (%)', {
+        name: {
+            t: (get(s)[t]['mean'], get(s)[t]['std'])
+            for t in TEST_SETS
         }
-
-    tables = [('weighted kNN (k=20), held-out digits', 'top-1 (%)',
-               bars(lambda s: s['knn']))]
-    for fraction in fractions:
-        key = f'{fraction:.0%}'
-        tables.append((f'linear classifier, {key} of the labels', 'top-1 (%)',
-                       bars(lambda s, k=key: s['linear'][k])))
-    curves = []
-    for key, title in (('loss', 'InfoNCE loss'),
-                       ('knn/', 'MoCo v2 weighted kNN top-1 (%), clean '
-                        'held-out digits')):
-        lines = {}
-        for seed, records in runs.items():
-            for _, (steps, values) in series(records, key).items():
-                lines[f'seed {seed}'] = (steps, values)
-        curves.append((title, 'iteration', lines))
+        for name, s in summary.items()
+    }) for title, get in gets]
+    curves = [(title, 'iteration', {
+        f'seed {seed}': line
+        for seed, records in runs.items()
+        for line in series(records, key).values()
+    }) for key, title in (('loss', 'InfoNCE loss'),
+                          ('knn/', 'MoCo v2 weighted kNN top-1 (%), clean '
+                           'held-out digits'))]
     return plot_results_figure(
         tables, curves, path,
         'MoCo v2 on scikit-learn digits: features learnt without labels')
 
 
-def tool(name: str):
-    """``tools/<name>.py`` as a module (tools/ is no package)."""
-    spec = importlib.util.spec_from_file_location(
-        'tools_' + name.replace('/', '_'), osp.join(ROOT, 'tools',
-                                                    name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def write_report(config: str, models: dict, work_dir: str) -> dict:
     """embed.py of the held-out digits (a folder per class, one training
-    view) with each of ``models`` (saved as checkpoints), then
-    embedding_report.py of MoCo against random init; its figures."""
+    view) with each of ``models`` (saved as checkpoints), embedding_report.py
+    of MoCo against random init; its figures but the confused classes."""
     folder = osp.join(work_dir, 'digits')
+    tools = osp.join(ROOT, 'tools', 'analysis_tools')
+    embed = run_path(osp.join(tools, 'embed.py'))['main']
     write_digits_folder(folder)
     files = []
     for name, model in models.items():
         ckpt = osp.join(work_dir, f'{name}.pth')
         torch.save(dict(state_dict=model.state_dict()), ckpt)
         files.append(osp.join(work_dir, f'embed_{name}.npz'))
-        tool('analysis_tools/embed').main([
+        embed([
             config, ckpt, '--data-root',
             osp.join(folder, 'val'), '--out', files[-1], '--size', '32',
             '--workers', '0'
         ])
-    return tool('analysis_tools/embedding_report').main([
+    summary = run_path(osp.join(tools, 'embedding_report.py'))['main']([
         files[1], '--compare', files[0], '--out',
         osp.join(work_dir, 'report')
     ])
+    for figures in summary.values():
+        figures.pop('confused', None)
+    return summary
 
 
 def load_config(epochs: int = None, config: str = CONFIG) -> Config:
@@ -301,9 +286,6 @@ def main(argv=None):
         f'({osp.relpath(DEVICE_AUGMENT_CONFIG, ROOT)})')
     args = parser.parse_args(argv)
     warnings.filterwarnings('ignore')
-    torch.set_num_threads(  # every core unless OMP_NUM_THREADS is set
-        int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
-
     config = DEVICE_AUGMENT_CONFIG if args.device_augment else CONFIG
     cfg = load_config(args.epochs, config)
     started, cpu_started = time.time(), time.process_time()
@@ -312,8 +294,7 @@ def main(argv=None):
         f'{cfg.train_cfg.max_epochs} epochs x {len(args.seeds)} seeds, '
         f'{osp.basename(config)}, work dir {args.work_dir}',
         flush=True)
-    per_encoder = {RAW: [], RANDOM: [], MOCO: []}
-    runs, seconds = {}, {}
+    per_encoder, runs, seconds = {RAW: [], RANDOM: [], MOCO: []}, {}, {}
     for seed in args.seeds:
         print(f'pretraining MoCo v2, seed {seed} (no labels)...', flush=True)
         t = time.time()
@@ -328,21 +309,15 @@ def main(argv=None):
             estimate_bn_statistics(random_init, digits_loader('train', False))
             encoders = {RANDOM: encode(random_init), MOCO: encode(model)}
             if not per_encoder[RAW]:  # raw pixels: the same every seed
-                # the grey levels (the 3 channels are copies of them)
                 encoders[RAW] = encode(random_init,
                                        lambda x: x[:, :1].flatten(1))
         if seed == args.seeds[0]:
             report_models = dict(random_init=random_init, moco=model)
         for name, feats in encoders.items():
             per_encoder[name].append(
-                dict(
-                    knn=knn_figures(feats),
-                    linear=label_efficiency(feats, LABEL_FRACTIONS)))
-    train_labels = digits_loader('train', False).dataset
-    num_labels = {
-        f'{f:.0%}': int(np.floor(f * len(train_labels)))
-        for f in LABEL_FRACTIONS
-    }
+                dict(knn=knn_figures(feats), linear=label_efficiency(feats)))
+    num_train = len(digits_loader('train').dataset)
+    num_labels = {f'{f:.0%}': int(f * num_train) for f in LABEL_FRACTIONS}
     summary = summarise(per_encoder)
     tables = format_tables(summary, args.seeds, LABEL_FRACTIONS, num_labels)
     print('\n' + tables)
@@ -374,15 +349,8 @@ def main(argv=None):
         report=dict(
             page=osp.join(args.work_dir, 'report', 'index.html'),
             seed=args.seeds[0],
-            figures={
-                name: {
-                    k: v
-                    for k, v in figures.items() if k != 'confused'
-                }
-                for name, figures in report.items()
-            }),
+            figures=report),
         torch_threads=torch.get_num_threads())
-    os.makedirs(args.work_dir, exist_ok=True)
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
         json.dump(results, f, indent=2)
     print(f'\nfigure: {figure_path}')

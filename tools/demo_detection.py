@@ -1,8 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """The detection demo: MoCo v2, supervised and random-init backbones
 fine-tuned as Faster and Mask R-CNN C4 on a few labelled digit scenes; prints
-the table, writes results.json and results.png (configs/detection/README.md).
-"""
+the table, writes results.json/png (configs/detection/README.md)."""
 import argparse
 import contextlib
 import copy
@@ -40,28 +39,24 @@ TEXT = dict(fontsize=7, color='yellow', va='bottom')  # a detection's label
 
 
 def write_scenes(root: str, budgets: List[int], num_unlabelled: int,
-                 num_val: int, num_test: int) -> Dict[str, str]:
+                 num_held: int) -> Dict[str, str]:
     """Write the scenes; return the data roots and the unlabelled folder."""
     from PIL import Image
 
-    from mocoplug.datasets.detection_scenes import (digit_scenes,
-                                                    write_coco_split,
-                                                    write_voc_split)
+    from mocoplug.datasets import detection_scenes as ds
     voc, coco = osp.join(root, 'VOCdevkit'), osp.join(root, 'coco')
-    unlabelled = digit_scenes('train', num_unlabelled, seed=0, size=SCENE)
+    unlabelled = ds.digit_scenes('train', num_unlabelled, seed=0, size=SCENE)
     folder = osp.join(root, 'unlabelled')
     os.makedirs(folder, exist_ok=True)
     for i, (img, _) in enumerate(unlabelled):
         Image.fromarray(img).save(osp.join(folder, f'{i:05d}.png'))
     for budget in budgets:  # labelled: the first of the unlabelled scenes
-        write_voc_split(voc, '2007', f'train{budget}', unlabelled[:budget])
-    held = dict(
-        val=digit_scenes('train', num_val, seed=1, size=SCENE),
-        test=digit_scenes('test', num_test, seed=2, size=SCENE))
-    for split, scenes in held.items():
-        write_voc_split(voc, '2007', split, scenes)
-        write_coco_split(coco, split, scenes, CLASSES, 100000)
-    write_coco_split(coco, 'train', unlabelled[:max(budgets)], CLASSES, 1)
+        ds.write_voc_split(voc, '2007', f'train{budget}', unlabelled[:budget])
+    for split, digits, seed in (('val', 'train', 1), ('test', 'test', 2)):
+        scenes = ds.digit_scenes(digits, num_held, seed=seed, size=SCENE)
+        ds.write_voc_split(voc, '2007', split, scenes)
+        ds.write_coco_split(coco, split, scenes, CLASSES, 100000)
+    ds.write_coco_split(coco, 'train', unlabelled[:max(budgets)], CLASSES, 1)
     return dict(voc=voc + os.sep, coco=coco + os.sep, folder=folder)
 
 
@@ -91,16 +86,13 @@ def scaled_detection_cfg(path: str,
                          work_dir: str,
                          iters: int,
                          budget: int,
-                         split: str = 'test',
-                         rois: int = 16,
-                         batch_size: int = 4):
+                         split: str = 'test'):
     """A shipped C4 config scaled down for a CPU (configs/detection/README.md),
     trained on the first ``budget`` labelled scenes, tested on ``split``."""
     from mmengine.config import Config
+    scales = [(TEST_SCALE * 2, s) for s in range(SCENE, TEST_SCALE + 1, 8)]
     cfg = single_process_cfg(
-        Config.fromfile(path),
-        lambda _: [(TEST_SCALE * 2, s)
-                   for s in range(SCENE, TEST_SCALE + 1, 8)], lambda _:
+        Config.fromfile(path), lambda _: list(scales), lambda _:
         (TEST_SCALE * 2, TEST_SCALE),
         ('train_dataloader', 'val_dataloader', 'val_evaluator'))
     coco = 'coco' in osp.basename(path)
@@ -114,83 +106,60 @@ def scaled_detection_cfg(path: str,
         roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0))
     m.roi_head.bbox_head.update(
         in_channels=c4 * 2, roi_feat_size=4, num_classes=len(CLASSES))
-    if 'mask_head' in m.roi_head:
+    m.train_cfg.rcnn.sampler.num = 16
+    m.train_cfg.rpn_proposal.update(nms_pre=300, max_per_img=100)
+    m.test_cfg.rpn.update(nms_pre=300, max_per_img=50)
+    train, test = cfg.train_dataloader, cfg.val_dataloader
+    if coco:  # Mask R-CNN
         m.roi_head.mask_head.update(
             in_channels=c4 * 2, conv_out_channels=c4, num_classes=len(CLASSES))
         m.train_cfg.rcnn.mask_size = 8
-    m.train_cfg.rcnn.sampler.num = rois
-    m.train_cfg.rpn_proposal.update(nms_pre=300, max_per_img=100)
-    m.test_cfg.rpn.update(nms_pre=300, max_per_img=50)
-
-    if not coco:  # the demo reports AP50 (AP50:95 takes 5 s more a run)
-        cfg.val_evaluator.iou_thrs = [0.5]
-    metainfo = dict(classes=CLASSES)
-    train, test = cfg.train_dataloader, cfg.val_dataloader
-    if coco:
+        ann_file = f'annotations/instances_{split}2017.json'
         train.dataset.update(
-            data_root=data_root,
-            metainfo=metainfo,
-            data_prefix=dict(img='train2017/'),
-            indices=budget)
+            data_prefix=dict(img='train2017/'), indices=budget)
         test.dataset.update(
-            data_root=data_root,
-            metainfo=metainfo,
-            ann_file=f'annotations/instances_{split}2017.json',
-            data_prefix=dict(img=f'{split}2017/'))
-        cfg.val_evaluator.ann_file = osp.join(
-            data_root, f'annotations/instances_{split}2017.json')
+            ann_file=ann_file, data_prefix=dict(img=f'{split}2017/'))
+        cfg.val_evaluator.ann_file = osp.join(data_root, ann_file)
     else:
+        lists = 'VOC2007/ImageSets/Main/'
         train.dataset = dict(
-            train.dataset.datasets[0],
-            data_root=data_root,
-            metainfo=metainfo,
-            ann_file=f'VOC2007/ImageSets/Main/train{budget}.txt')
-        test.dataset.update(
-            data_root=data_root,
-            metainfo=metainfo,
-            ann_file=f'VOC2007/ImageSets/Main/{split}.txt')
+            train.dataset.datasets[0], ann_file=f'{lists}train{budget}.txt')
+        test.dataset.update(ann_file=f'{lists}{split}.txt')
+        cfg.val_evaluator.iou_thrs = [0.5]  # AP50 (AP50:95: 5 s more a run)
     for loader in (train, test):
         loader.update(num_workers=0, persistent_workers=False)
-    train.batch_size = batch_size
+        loader.dataset.update(
+            data_root=data_root, metainfo=dict(classes=CLASSES))
+    train.batch_size = 4
     cfg.test_dataloader, cfg.test_evaluator = test, cfg.val_evaluator
     cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None
     cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
     steps = (8 / 12, 11 / 12) if coco else (18 / 24, 22 / 24)
+    milestones = [int(iters * s) for s in steps]
     cfg.optim_wrapper.optimizer.lr = 0.02
     cfg.param_scheduler = [
-        dict(
-            type='LinearLR',
-            start_factor=0.001,
-            by_epoch=False,
-            begin=0,
-            end=max(1, iters // 10)),
-        dict(
-            type='MultiStepLR',
-            begin=0,
-            end=iters,
-            by_epoch=False,
-            milestones=[int(iters * s) for s in steps],
-            gamma=0.1)
+        dict(type='LinearLR', start_factor=0.001, end=max(1, iters // 10)),
+        dict(type='MultiStepLR', end=iters, milestones=milestones, gamma=0.1)
     ]
+    for scheduler in cfg.param_scheduler:
+        scheduler.update(by_epoch=False, begin=0)
     for hook in cfg.custom_hooks:
         if hook.type == 'DetectionPreciseBNHook':
             hook.update(num_iters=min(20, iters), interval=iters)
     cfg.default_hooks.checkpoint = None  # the demo keeps no detector
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=50)
     cfg.log_processor = dict(by_epoch=False)
-    cfg.work_dir = work_dir
-    cfg.log_level = 'INFO'  # to the run's log file
+    cfg.work_dir, cfg.log_level = work_dir, 'INFO'  # to the run's log file
     return cfg
 
 
 def moco_cfg(folder: str, work_dir: str, epochs: int):
     """The digits MoCo v2 recipe on the unlabelled scenes: ``RESNET``, K 512
     (about the number of scenes), lr 0.03."""
-    from mmengine.config import Config
-    cfg = Config.fromfile(MOCO)
-    cfg.model.backbone = RESNET
+    from benchmarks.common import quiet_cfg
+    cfg = quiet_cfg(MOCO, work_dir)  # without the kNN monitor
+    cfg.model.backbone, cfg.model.queue.size = RESNET, 512
     cfg.model.neck.in_channels = BACKBONE['base_channels'] * 8
-    cfg.model.queue.size = 512
     cfg.optim_wrapper.optimizer.lr = 0.03
     view = [dict(type='Resize', scale=(SCENE, SCENE))] + cfg.view_pipeline
     cfg.train_dataloader.dataset = dict(
@@ -202,14 +171,8 @@ def moco_cfg(folder: str, work_dir: str, epochs: int):
             dict(type='MultiView', num_views=2, transforms=[view]),
             dict(type='PackInputs')
         ])
-    cfg.custom_hooks = [
-        h for h in cfg.custom_hooks if h.type != 'KNNMonitorHook'
-    ]
     cfg.param_scheduler[0].update(T_max=epochs, end=epochs)
-    cfg.train_cfg.max_epochs = epochs
-    cfg.default_hooks.checkpoint.interval = epochs
-    cfg.work_dir = work_dir
-    cfg.log_level = 'WARNING'
+    cfg.train_cfg.max_epochs = cfg.default_hooks.checkpoint.interval = epochs
     return cfg
 
 
@@ -266,21 +229,18 @@ def _worker_init() -> None:
         import mocoplug.detection  # noqa: F401
 
 
-def pretrain(kind: str,
-             work_dir: str,
-             epochs: int,
-             folder: Optional[str] = None) -> Tuple[str, float]:
-    """Train ``kind`` ('moco' or 'supervised'); the checkpoint, seconds."""
+def pretrain(make_cfg: Callable, *args) -> Tuple[str, float]:
+    """Train ``make_cfg(*args)`` (``moco_cfg`` or ``supervised_cfg``); the
+    last checkpoint, the seconds."""
     from mmengine.registry import RUNNERS
     started = time.time()
-    cfg = (
-        moco_cfg(folder, work_dir, epochs)
-        if kind == 'moco' else supervised_cfg(work_dir, epochs))
-    os.makedirs(work_dir, exist_ok=True)
-    with open(osp.join(work_dir, 'run.log'), 'w') as log, \
+    cfg = make_cfg(*args)
+    os.makedirs(cfg.work_dir, exist_ok=True)
+    with open(osp.join(cfg.work_dir, 'run.log'), 'w') as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         RUNNERS.build(cfg).train()
-    return osp.join(work_dir, f'epoch_{epochs}.pth'), time.time() - started
+    epochs = cfg.train_cfg.max_epochs
+    return osp.join(cfg.work_dir, f'epoch_{epochs}.pth'), time.time() - started
 
 
 def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
@@ -294,8 +254,7 @@ def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
     from mocoplug.utils import walk_dicts
     started = time.time()
     cfg = copy.deepcopy(cfg)
-    cfg.randomness = dict(seed=seed)
-    cfg.pretrained = pretrained
+    cfg.randomness, cfg.pretrained = dict(seed=seed), pretrained
     if pretrained is None:
         walk_dicts(
             cfg.model, lambda n: n.get('init_cfg', {}).get('type') ==
@@ -309,14 +268,11 @@ def finetune(cfg, name: str, seed: int, pretrained: Optional[str],
         metrics = runner.test()
         runner.model.cfg = cfg
         results = inference_detector(runner.model, figure_images)
-    detections = []
-    for result in results:
-        pred = result.pred_instances
-        pred = pred[pred.scores.argsort(descending=True)[:3]]
-        detections.append([
-            (box.tolist(), int(label), float(score))
-            for box, label, score in zip(pred.bboxes, pred.labels, pred.scores)
-        ])
+    preds = [r.pred_instances for r in results]
+    best = [p[p.scores.argsort(descending=True)[:3]] for p in preds]
+    detections = [[(box.tolist(), int(label), float(score))
+                   for box, label, score in zip(p.bboxes, p.labels, p.scores)]
+                  for p in best]
     return metrics, detections, time.time() - started
 
 
@@ -331,8 +287,7 @@ INIT_DIRS = dict(zip(INITS, ('random', 'moco', 'supervised')))
 def _order(item: tuple) -> tuple:
     """Sort key of a result (task, budget, metric as in TASKS)."""
     task, budget, metric = item[0].split(', ')
-    names = [t[0] for t in TASKS]
-    return names.index(task), int(budget.split()[0]), metric
+    return [t[0] for t in TASKS].index(task), int(budget.split()[0]), metric
 
 
 def _mean_std(values: List[float]) -> Tuple[float, float]:
@@ -389,9 +344,7 @@ def figure(results: Dict[str, Dict[str, List[float]]], images: List[str],
                 box = (x1, y1), x2 - x1, y2 - y1
                 ax.add_patch(plt.Rectangle(*box, fill=False, color=color))
                 ax.text(x1, y1, f'{CLASSES[label]} {score:.1f}', **TEXT)
-            ax.set(xticks=[], yticks=[])
-            if col == 0:
-                ax.set_ylabel(init)
+            ax.set(xticks=[], yticks=[], ylabel=init if col == 0 else '')
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -424,16 +377,13 @@ def main(argv=None):
         mp_context=multiprocessing.get_context('spawn'),
         initializer=_worker_init)
     # needs no scenes: trains while they are written
-    supervised = pool.submit(pretrain, 'supervised',
-                             osp.join(wd,
-                                      'supervised'), args.supervised_epochs)
+    supervised = pool.submit(pretrain, supervised_cfg,
+                             osp.join(wd, 'supervised'),
+                             args.supervised_epochs)
     data = write_scenes(
-        osp.join(wd, 'data'), budgets, args.unlabelled, args.scenes,
-        args.scenes)
-    images = [
-        osp.join(data['voc'], 'VOC2007', 'JPEGImages',
-                 f'2007_{split}_{i:04d}.jpg') for i in range(FIGURE_SCENES)
-    ]
+        osp.join(wd, 'data'), budgets, args.unlabelled, args.scenes)
+    prefix = osp.join(data['voc'], 'VOC2007', 'JPEGImages', f'2007_{split}_')
+    images = [f'{prefix}{i:04d}.jpg' for i in range(FIGURE_SCENES)]
     print(f'scenes written ({time.time() - started:.0f} s)', flush=True)
     detections, seconds = {}, {}
     runs = []  # the longest (Mask R-CNN) first, so that no worker idles
@@ -443,23 +393,22 @@ def main(argv=None):
             cfg = scaled_detection_cfg(config, data[fmt],
                                        osp.join(wd, f'{fmt}{budget}'),
                                        args.iters, budget, split)
-            for init in INITS:
-                if init != 'supervised' or (fmt, budget) == ('voc',
-                                                             budgets[0]):
-                    runs += [(task, budget, keys, init, seed, cfg)
-                             for seed in args.seeds]
+            runs += [
+                (task, budget, keys, init, seed, cfg) for init in INITS
+                if init != 'supervised' or (fmt, budget) == ('voc', budgets[0])
+                for seed in args.seeds
+            ]
     per_seed = defaultdict(lambda: defaultdict(dict))  # name, init, seed
     with pool:
         # the random-init runs start while the backbones pretrain
-        moco = pool.submit(pretrain, 'moco', osp.join(wd, 'moco'),
-                           args.pretrain_epochs, data['folder'])
+        moco = pool.submit(pretrain, moco_cfg, data['folder'],
+                           osp.join(wd, 'moco'), args.pretrain_epochs)
         pending = {moco: 'MoCo v2', supervised: 'supervised'}
 
         def submit(init: str, checkpoint: Optional[str]) -> None:
-            for run in runs:
-                if run[3] == init:
-                    pending[pool.submit(finetune, run[5], INIT_DIRS[init],
-                                        run[4], checkpoint, images)] = run
+            pending.update((pool.submit(finetune, r[5], INIT_DIRS[init], r[4],
+                                        checkpoint, images), r) for r in runs
+                           if r[3] == init)
 
         submit('random init', None)
         while pending:
@@ -493,20 +442,17 @@ def main(argv=None):
         }
         for name, per_init in sorted(per_seed.items(), key=_order)
     }
-    table = summary_table(results, args.seeds)
-    print('\n' + table)
+    print('\n' + summary_table(results, args.seeds))
     elapsed = time.time() - started
     path = figure(results, images, detections, osp.join(wd, 'results.png'))
+    saved = dict(
+        results=results,
+        seeds=args.seeds,
+        split=split,
+        args=vars(args),
+        seconds=dict(seconds, total=round(elapsed, 1)))
     with open(osp.join(wd, 'results.json'), 'w') as f:
-        json.dump(
-            dict(
-                results=results,
-                seeds=args.seeds,
-                split=split,
-                args=vars(args),
-                seconds=dict(seconds, total=round(elapsed, 1))),
-            f,
-            indent=1)
+        json.dump(saved, f, indent=1)
     print(f'\n{split} scenes; {elapsed:.0f} s; {path}; '
           f'{osp.join(wd, "results.json")}')
     return results

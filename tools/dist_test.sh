@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Distributed evaluation with torchrun (multi-node as tools/dist_train.sh).
-#   tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py options]
 set -euo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 CONFIG CHECKPOINT GPUS_PER_NODE [test.py options]" >&2

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Distributed training with torchrun.
-#   tools/dist_train.sh CONFIG GPUS [train.py options]
 # Multi-node: run on every node with NNODES, NODE_RANK, MASTER_ADDR (and PORT)
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 tools/dist_train.sh CONFIG 8
 set -euo pipefail

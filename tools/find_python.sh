@@ -5,8 +5,7 @@
 
 # find_python ROOT: print the Python to use
 find_python() {
-  local root=$1
-  local venv=${MOCOPLUG_VENV:-$root/.venv}
+  local root=$1 venv=${MOCOPLUG_VENV:-$1/.venv}
   if [ -n "${PYTHON:-}" ]; then
     echo "$PYTHON"
     return 0
@@ -38,12 +37,7 @@ torchrun_tool() {
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   python=$(find_python "$root")
   shift 2
-  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" \
-  "$python" -m torch.distributed.run \
-      --nnodes="${NNODES:-1}" \
-      --node_rank="${NODE_RANK:-0}" \
-      --master_addr="${MASTER_ADDR:-127.0.0.1}" \
-      --master_port="${PORT:-29500}" \
-      --nproc_per_node="$gpus" \
-      "$root/tools/$script" "$@"
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "$python" -m torch.distributed.run \
+    --nnodes="${NNODES:-1}" --node_rank="${NODE_RANK:-0}" --master_addr="${MASTER_ADDR:-127.0.0.1}" \
+    --master_port="${PORT:-29500}" --nproc_per_node="$gpus" "$root/tools/$script" "$@"
 }

@@ -5,7 +5,6 @@ docs/user_guides/performance.md."""
 import argparse
 import contextlib
 import gc
-import json
 import math
 import os
 import os.path as osp
@@ -19,7 +18,6 @@ import traceback
 import xml.etree.ElementTree as ET
 from subprocess import PIPE, STDOUT
 
-# deterministic cuBLAS (exact_resume) needs it, read as CUDA starts
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 
 import mmengine  # noqa: E402
@@ -40,21 +38,13 @@ V3_CONFIG = osp.join(ROOT, 'configs',
 FEATURES = {18: 512, 50: 2048}
 THREADS = ['--threads', str(torch.get_num_threads())]
 DCNV2 = 'dcnv2/faster-rcnn_r50-mdconv-c3-c5_fpn_1x_coco.py'  # in mmdet's zoo
-# cuda: the shipped config at its size; cpu: the same code paths, toy sizes
+SIZE_KEYS = ('depth', 'width', 'crop', 'image', 'batch', 'num_splits',
+             'workers', 'iters', 'resume_iters')  # width: stem, base channels
 SIZES = dict(
     cuda=dict(
-        depth=50,
-        width=64,  # stem and base channels
-        crop=224,
-        image=256,
-        batch=32,
-        num_splits=8,
-        workers=8,
-        iters=200,
-        resume_iters=40,
+        zip(SIZE_KEYS, (50, 64, 224, 256, 32, 8, 8, 200, 40)),
         bench=('--backbone resnet50 --img-size 224 --batch 32 '
                '--queue-size 65536 --steps 20 --warmup 5').split(),
-        # (AMP, channels_last, cuDNN autotuning[, more options])
         bench_combos=[('off', 'off', False), ('off', 'on', False),
                       ('on', 'off', False), ('on', 'on', False),
                       ('off', 'off', True), ('on', 'on', True),
@@ -66,54 +56,42 @@ SIZES = dict(
         detection='--size 512 --batch 2 --rois 512'.split(),
         zoo=[]),  # its 24 configs at 128 px
     cpu=dict(
-        depth=18,
-        width=16,
-        # 32 px: 2x2 maps in the last stage (1x1: see BF16OptimWrapper)
-        crop=32,
-        image=40,
-        batch=8,
-        num_splits=2,
-        workers=0,
-        iters=4,
-        resume_iters=4,
+        zip(SIZE_KEYS, (18, 16, 32, 40, 8, 2, 0, 4, 4)),
         bench=('--backbone resnet18 --img-size 32 --batch 4 --queue-size 64 '
                '--steps 1 --warmup 0').split() + THREADS,
-        # each path once (compiling each layout's kernels is the time here)
         bench_combos=[('off', 'off', False), ('on', 'on', False)],
         augment=['--batches', '2'],
         knn='--bank 20000 --queries 500 --dim 128 --classes 100'.split(),
         dist_iters=2,
         detection='--size 64 --batch 1 --rois 8 --repeats 1'.split(),
         zoo=['--size', '64', '--configs', DCNV2]))
-# the loss must fall below the control's; judged from this many iterations
-MIN_ITERS_TO_JUDGE = 50
+MIN_ITERS_TO_JUDGE = 50  # loss below the lr-0 control's: judged from here
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument(
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument(
         '--device',
         choices=['auto', 'cuda', 'cpu'],
         default='auto',
         help='auto: cuda when visible, else cpu (toy sizes)')
-    parser.add_argument(
-        '--steps', nargs='+', choices=STEPS, default=list(STEPS))
-    parser.add_argument('--config', default=CONFIG)
+    p.add_argument('--steps', nargs='+', choices=STEPS, default=list(STEPS))
+    p.add_argument('--config', default=CONFIG)
     for option in ('--iters', '--batch', '--workers'):
-        parser.add_argument(option, type=int)
-    parser.add_argument(
+        p.add_argument(option, type=int)
+    p.add_argument(
         '--pytest-k', help='only the device tests matching this -k expression')
-    parser.add_argument('--work-dir')
-    parser.add_argument(
+    p.add_argument('--work-dir')
+    p.add_argument(
         '--out', default=osp.join('work_dirs', 'gpu_check', 'gpu_check.json'))
-    parser.add_argument(
+    p.add_argument(
         '--dist-worker', action='store_true', help='(internal, torchrun)')
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     args.launcher = 'pytorch' if args.dist_worker else 'none'
     if args.device == 'auto':
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device == 'cuda' and not torch.cuda.is_available():
-        parser.error('--device cuda: torch sees no CUDA device')
+        p.error('--device cuda: torch sees no CUDA device')
     return args
 
 
@@ -128,16 +106,15 @@ def run_device_tests(args, size, work_dir) -> dict:
     ] + (['-k', args.pytest_k] if args.pytest_k else [])
     proc = subprocess.run(cmd, cwd=ROOT, stdout=PIPE, stderr=STDOUT, text=True)
     root = ET.parse(junit).getroot() if osp.exists(junit) else ET.Element('')
-    tags = ('passed', 'failure', 'error', 'skipped')
+    tags = dict(
+        passed='passed', failures='failure', errors='error', skipped='skipped')
     outcome = {  # a test's first failure, error or skip tag, else 'passed'
         f"{c.get('classname')}::{c.get('name')}":
-        next((e.tag for e in c if e.tag in tags), 'passed')
+        next((e.tag for e in c if e.tag in tags.values()), 'passed')
         for c in root.iter('testcase')
     }
     kinds = list(outcome.values())
-    counts = dict(
-        zip(('passed', 'failures', 'errors', 'skipped'),
-            map(kinds.count, tags)))
+    counts = {count: kinds.count(tag) for count, tag in tags.items()}
     return dict(
         command=' '.join(cmd[1:]),
         returncode=proc.returncode,
@@ -156,14 +133,12 @@ def run_train(args, size, work_dir) -> dict:
     iters = args.iters or size['iters']
     runs = dict(amp_off={}, amp_on=dict(amp=True), control_lr0=dict(lr=0.))
     if args.device == 'cuda':
-        runs.update(
-            amp_off_cudnn_benchmark=dict(cudnn_benchmark=True),
-            bf16=dict(bf16=True),
-            channels_last=dict(channels_last=True))
+        runs.update(amp_off_cudnn_benchmark=dict(cudnn_benchmark=True))
+        runs.update((flag, {flag: True}) for flag in ('bf16', 'channels_last'))
     out = {}
     for name, kw in runs.items():
-        cfg = pretrain_cfg(args, size, osp.join(work_dir, name), iters, **kw)
-        out[name] = train_runner(cfg, args.device)
+        out[name] = train_runner(args, size, osp.join(work_dir, name), iters,
+                                 **kw)
     checks, judged = {}, iters >= MIN_ITERS_TO_JUDGE
     for name, fig in out.items():
         checks[f'{name}_loss_finite'] = fig['loss_finite']
@@ -189,11 +164,9 @@ def run_exact_resume(args, size, work_dir) -> dict:
     half = iters // 2
     dirs = [osp.join(work_dir, n) for n in ('full', 'resumed')]
     options = dict(deterministic=True, checkpoint_interval=half)
-    full = train_runner(
-        pretrain_cfg(args, size, dirs[0], iters, **options), args.device)
+    full = train_runner(args, size, dirs[0], iters, **options)
     options['resume_from'] = osp.join(dirs[0], f'iter_{half}.pth')
-    resumed = train_runner(
-        pretrain_cfg(args, size, dirs[1], iters, **options), args.device)
+    resumed = train_runner(args, size, dirs[1], iters, **options)
     barrier()  # (distributed: rank 0 has written the checkpoints)
     a, b = (checkpoint_tensors(osp.join(d, f'iter_{iters}.pth')) for d in dirs)
     diffs = {
@@ -236,6 +209,7 @@ def run_benchmark(args, size, work_dir) -> dict:
     compiled), device-augment --decode."""
     bench = benchmark_command('train')
     out, checks = {}, {}
+    keep = ('first_step_ms', 'paired_ratio', 'breakdown_ours_ms')
     for combo in size['bench_combos']:
         name, argv = bench_argv(args.device, size, combo)
         with kept_torch_flags():
@@ -244,11 +218,7 @@ def run_benchmark(args, size, work_dir) -> dict:
                 argv + ['--json', osp.join(work_dir, name + '.json')])
         run = result['runs'][0]
         ms = {i: round(s['median_ms'], 2) for i, s in run['steps'].items()}
-        out[name] = dict(
-            median_ms=ms,
-            first_step_ms=run.get('first_step_ms'),  # compiling
-            paired_ratio=run.get('paired_ratio'),
-            breakdown_ours_ms=run.get('breakdown_ours_ms'))
+        out[name] = dict(median_ms=ms, **{k: run.get(k) for k in keep})
         checks[f'{name}_timed'] = all(
             math.isfinite(t) and t > 0 for t in ms.values())
     augment = benchmark_command('device-augment').main(
@@ -273,7 +243,7 @@ def decode_repeats(device: str, repeats: int = 3) -> dict:
     ``device``: the same views each time? How far from the CPU's?"""
     from mocoplug.models.utils.batch_augments import decode_views
     bench = benchmark_command('device-augment')
-    preprocessor, _ = bench.build_preprocessor(bench.V2_DECODE, device)
+    preprocessor = bench.build_preprocessor(bench.V2_DECODE, device)
     sizes, modes = preprocessor._crop_geometry()
     with tempfile.TemporaryDirectory() as folder:
         inputs = bench.encoded_batch(bench.make_images(folder, 8),
@@ -302,9 +272,8 @@ def run_knn(args, size, work_dir) -> dict:
     result = benchmark_command('knn').main(size['knn'] +
                                            ['--device', args.device])
     config, sharded = result['config'], result['sharded']
-    result['checks'] = dict(
-        accuracy_in_range=all(0 <= v <= 100
-                              for v in sharded['accuracy'].values()))
+    in_range = all(0 <= v <= 100 for v in sharded['accuracy'].values())
+    result['checks'] = dict(accuracy_in_range=in_range)
     result['figures'] = (
         f"{config['bank']} x {config['dim']} memory, {config['queries']} "
         f"queries: {sharded['seconds']:.1f} s, "
@@ -333,9 +302,7 @@ def run_multi_gpu(args, size, work_dir) -> dict:
         raise RuntimeError(f'torchrun exited with {proc.returncode}:\n' +
                            proc.stdout[-3000:])
     ranks = [mmengine.load(p) for p in paths]
-    one = train_runner(
-        pretrain_cfg(args, size, osp.join(work_dir, 'one_process'), iters),
-        args.device)
+    one = train_runner(args, size, osp.join(work_dir, 'one_process'), iters)
     first = ranks[0]
     per_gpu = first['runs']['mocov2_shuffle_bn']['images_per_s']
     scaling = round(procs * per_gpu / one['images_per_s'], 2)
@@ -363,17 +330,12 @@ def run_multi_gpu(args, size, work_dir) -> dict:
 def dist_worker(args) -> None:
     """A multi_gpu process: the runs, exact resume, sharded kNN; rank r
     writes rank{r}.json."""
-    size = SIZES[args.device]
-    out = dict(runs={})
-    runs = dict(
-        mocov2_shuffle_bn=CONFIG,
-        mocov3_gathered_keys=V3_CONFIG,
-        mocov2_device_augment=V2_DEVICE_AUG)
-    for name, config in runs.items():
-        args.config = config
-        out['runs'][name] = train_runner(
-            pretrain_cfg(args, size, osp.join(args.work_dir, name),
-                         args.iters), args.device)
+    size, out = SIZES[args.device], dict(runs={})
+    runs = (('mocov2_shuffle_bn', CONFIG), ('mocov3_gathered_keys', V3_CONFIG),
+            ('mocov2_device_augment', V2_DEVICE_AUG))
+    for name, config in runs:
+        args.config, work_dir = config, osp.join(args.work_dir, name)
+        out['runs'][name] = train_runner(args, size, work_dir, args.iters)
         barrier()
     args.config = CONFIG
     resume = out['exact_resume'] = run_exact_resume(
@@ -382,39 +344,32 @@ def dist_worker(args) -> None:
     out['checks'] = dict(
         exact_resume_bitwise_equal=resume['checks']['bitwise_equal'],
         sharded_knn_as_whole_sets=out['knn'].pop('same_accuracy'))
-    with open(osp.join(args.work_dir, f'rank{get_rank()}.json'), 'w') as f:
-        json.dump(out, f, default=str)
+    mmengine.dump(
+        out, osp.join(args.work_dir, f'rank{get_rank()}.json'), default=str)
     barrier()
 
 
 def sharded_knn_check(device: str, size=4000, queries=400) -> dict:
-    """The kNN of shards of random features (one per rank) against that of
-    the whole sets; one query may differ (a near-tie)."""
-    from mocoplug.evaluation import (FeatureShard,
-                                     sharded_weighted_knn_accuracy,
-                                     weighted_knn_accuracy)
+    """The kNN of random features sharded per rank against the whole sets."""
+    from mocoplug import evaluation as ev
     rank, world_size = get_dist_info()
     gen = torch.Generator().manual_seed(0)
-
-    def features(num):
-        feats = torch.nn.functional.normalize(
-            torch.randn(num, 64, generator=gen), dim=1)
-        return feats, torch.randint(0, 10, (num, ), generator=gen)
+    normalize = torch.nn.functional.normalize
+    bank, query = ((normalize(torch.randn(n, 64, generator=gen), dim=1),
+                    torch.randint(0, 10, (n, ), generator=gen))
+                   for n in (size, queries))
 
     def shard(feats, labels):
         ids = torch.arange(len(feats))[rank::world_size]
-        return FeatureShard(*(t.to(device)
-                              for t in (feats[ids], labels[ids], ids)))
+        return ev.FeatureShard(*(t.to(device)
+                                 for t in (feats[ids], labels[ids], ids)))
 
-    bank, query = features(size), features(queries)
-    sharded = sharded_weighted_knn_accuracy(
+    sharded = ev.sharded_weighted_knn_accuracy(
         shard(*query), shard(*bank), 10, (20, 200))
-    whole = weighted_knn_accuracy(*query, *bank, 10, (20, 200))
-    return dict(
-        sharded=sharded,
-        whole=whole,
-        same_accuracy=all(
-            abs(sharded[k] - whole[k]) <= 100 / queries + 1e-6 for k in whole))
+    whole = ev.weighted_knn_accuracy(*query, *bank, 10, (20, 200))
+    same = all(
+        abs(sharded[k] - whole[k]) <= 100 / queries + 1e-6 for k in whole)
+    return dict(sharded=sharded, whole=whole, same_accuracy=same)
 
 
 def run_detection(args, size, work_dir) -> dict:
@@ -455,9 +410,8 @@ def pretrain_cfg(args, size: dict, work_dir: str, iters: int,
     cfg.experiment_name = (f'gpu_check-{osp.basename(work_dir)}-'
                            f'{os.getpid()}-{time.time_ns()}')
     model, wrapper = cfg.model, cfg.optim_wrapper
-    if 'shuffle_bn' in model and args.launcher == 'none':
-        model.shuffle_bn = 'split'  # one process: BN over batch slices
-        model.num_splits = size['num_splits']
+    if 'shuffle_bn' in model and args.launcher == 'none':  # BN per slice
+        model.shuffle_bn, model.num_splits = 'split', size['num_splits']
     if args.device == 'cpu':  # torch's SyncBN needs a GPU
         walk_dicts(
             model, lambda n: n.get('type') == 'SyncBN' and n.update(
@@ -472,10 +426,8 @@ def pretrain_cfg(args, size: dict, work_dir: str, iters: int,
     batch = args.batch or size['batch']
     workers = size['workers'] if args.workers is None else args.workers
     loader = cfg.train_dataloader
-    pipeline = [
-        t for t in loader.dataset.pipeline
-        if not t['type'].startswith('LoadImage')
-    ]
+    steps = loader.dataset.pipeline
+    pipeline = [t for t in steps if not t['type'].startswith('LoadImage')]
     walk_dicts(
         pipeline, lambda t: t.get('type') == 'RandomResizedCrop' and t.update(
             scale=size['crop']))
@@ -532,10 +484,11 @@ def kept_torch_flags():
         gc.collect()
 
 
-def train_runner(cfg: Config, device: str) -> dict:
-    """Train; the run's figures and its per-iteration ``losses``."""
+def train_runner(args, size: dict, work_dir: str, iters: int, **opts) -> dict:
+    """Train ``pretrain_cfg(...)``: its figures, per-iteration ``losses``."""
     from mmengine.registry import RUNNERS
-    if device == 'cuda':
+    cfg = pretrain_cfg(args, size, work_dir, iters, **opts)
+    if args.device == 'cuda':
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -548,7 +501,7 @@ def train_runner(cfg: Config, device: str) -> dict:
     losses, times, data_times = ([
         float(v) for v in hub.get_scalar(f'train/{k}').data[0]
     ] for k in ('loss', 'time', 'data_time'))
-    if device == 'cuda':
+    if args.device == 'cuda':
         peak_mib = torch.cuda.max_memory_allocated() / 2**20
     else:
         import resource
@@ -568,7 +521,7 @@ def train_runner(cfg: Config, device: str) -> dict:
         seconds=round(seconds, 1),
         peak_memory_mib=round(peak_mib),
         memory_kind='CUDA max_memory_allocated'
-        if device == 'cuda' else 'process peak RSS')
+        if args.device == 'cuda' else 'process peak RSS')
 
 
 def checkpoint_tensors(path: str) -> dict:
@@ -598,8 +551,8 @@ def environment(args) -> dict:
         cuda=torch.version.cuda,
         cpu_count=os.cpu_count(),
         mmcv_ops=serve_mmcv_ops() is None)
-    for name in ('mmengine', 'mmcv', 'mmpretrain', 'mocoplug'):
-        env[name] = __import__(name).__version__  # (mocoplug imports them)
+    env.update((n, __import__(n).__version__)  # (mocoplug imports them)
+               for n in ('mmengine', 'mmcv', 'mmpretrain', 'mocoplug'))
     if args.device == 'cuda':
         props = torch.cuda.get_device_properties(0)
         env.update(
@@ -623,10 +576,8 @@ def run_step(name: str, args, size, work_dir) -> dict:
     except Exception:  # noqa: BLE001  (the report says what broke)
         error = traceback.format_exc()[-4000:]
         print(error, flush=True)
-        result = dict(
-            status='error',
-            error=error,
-            figures=error.strip().splitlines()[-1][:100])
+        last = error.strip().splitlines()[-1][:100]
+        result = dict(status='error', error=error, figures=last)
     result['step_seconds'] = round(time.perf_counter() - start, 1)
     return result
 
@@ -648,14 +599,11 @@ def main(argv=None) -> dict:
         work_dir=work_dir,
         steps={})
     print(f'gpu_check: {mode}; work dir {work_dir}', flush=True)
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     for name in args.steps:
         report['steps'][name] = run_step(name, args, size, work_dir)
         report['ok'] = all(s['status'] == 'ok'
                            for s in report['steps'].values())
-        # after every step: a run stopped by a time limit keeps the others
-        with open(args.out, 'w') as f:
-            json.dump(report, f, indent=1, default=str)
+        mmengine.dump(report, args.out, 'json', indent=1, default=str)
     print_table(report)
     print(f'wrote {args.out}')
     return report

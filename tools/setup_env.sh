@@ -5,16 +5,11 @@
 #                                        detection, the demo and the tests
 #   bash tools/setup_env.sh --with-ops   the same with mmcv's compiled ops
 #
-# mmcv comes in two forms of the same version and import name (`mmcv`):
-# mmcv-lite, pure Python, a wheel on PyPI; and mmcv with its compiled ops,
-# which PyPI has no wheel of. The default installs mmcv-lite: nothing is
-# compiled, and mocoplug's site hook (mocoplug-site.pth, mocoplug_site/) has
-# torchvision serve the ops mmdet's detectors call in every Python process,
-# whether it imports mocoplug or not. --with-ops (`make setup-full`) swaps in
-# the compiled mmcv, for other mmcv ops: a wheel from PIP_FIND_LINKS or the
-# cache, else built once from source (~18 min on 2 cores), with the CUDA
-# kernels where nvcc is found (FORCE_CUDA=1), else CPU-only, as it says. A
-# compiled mmcv already there is kept in either mode.
+# The default installs mmcv-lite (pure Python; torchvision serves the ops
+# mmdet's detectors call). --with-ops (`make setup-full`) installs mmcv with
+# its compiled ops: a wheel from PIP_FIND_LINKS or the cache, else built once
+# from source (~18 min on 2 cores; CUDA kernels where nvcc is found, else
+# CPU-only). A compiled mmcv already there is kept in either mode.
 #
 # Environment knobs: PYTHON; MOCOPLUG_VENV (venv, default <repo>/.venv);
 # MOCOPLUG_CACHE (wheels and logs, default ~/.cache/mocoplug);
@@ -26,14 +21,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${MOCOPLUG_VENV:-$ROOT/.venv}
 CACHE=${MOCOPLUG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mocoplug}
-WHEELS=$CACHE/wheels
-LOGS=$CACHE/logs
-STAMP=$VENV/.mocoplug-setup-stamp
+WHEELS=$CACHE/wheels LOGS=$CACHE/logs STAMP=$VENV/.mocoplug-setup-stamp
 
-WITH_OPS=0
+WITH_OPS=0 SELF=$0
 for arg in "$@"; do
   case $arg in
-    --with-ops) WITH_OPS=1 ;;
+    --with-ops) WITH_OPS=1 SELF="$0 --with-ops" ;;
     -h | --help)
       sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
       exit 0
@@ -44,11 +37,6 @@ for arg in "$@"; do
       ;;
   esac
 done
-if ((WITH_OPS)); then
-  SELF="$0 --with-ops"
-else
-  SELF=$0
-fi
 # One pin for both forms of mmcv: the `mmcv==` line of requirements/tested.txt.
 MMCV_VERSION=$(sed -n 's/^mmcv==\([0-9][0-9.]*\).*/\1/p' "$ROOT/requirements/tested.txt")
 
@@ -70,14 +58,12 @@ run_logged() {
   "$@" >"$log" 2>&1 || status=$?
   if ((status != 0)); then
     printf '[setup] ---- last 40 lines of %s ----\n' "$log" >&2
-    # pip's notes about this machine's missing local index folders are noise.
     grep -v "^WARNING: Location '.*' is ignored" "$log" | tail -n 40 >&2
     printf '[setup] ---- full log: %s ----\n' "$log" >&2
   fi
   return $status
 }
 
-# The stamp covers everything that decides what gets installed.
 stamp_of() {
   cat "$ROOT"/requirements/*.txt "$ROOT/setup.py" "$ROOT/tools/setup_env.sh" \
     | sha256sum | cut -d' ' -f1
@@ -104,19 +90,11 @@ if [[ -f $STAMP && "$(cat "$STAMP")" == "$(stamp_of)" ]] && stack_ok; then
   exit 0
 fi
 
-# ---------------------------------------------------------------- 1. venv
 if [[ ! -x $VENV/bin/python ]]; then
-  PY=${PYTHON:-}
-  if [[ -z $PY ]]; then
-    for cand in python3.11 python3; do
-      if command -v "$cand" >/dev/null 2>&1; then PY=$(command -v "$cand"); break; fi
-    done
-  fi
+  PY=${PYTHON:-$(command -v python3.11 || command -v python3 || true)}
   [[ -n $PY ]] || fail "no Python found" "install Python 3.11 and run: PYTHON=/path/to/python3.11 $SELF"
   ver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  if [[ $ver != 3.11 ]]; then
-    say "WARNING: $PY is Python $ver; the tested stack is Python 3.11 (set PYTHON=... to choose)"
-  fi
+  [[ $ver == 3.11 ]] || say "WARNING: $PY is Python $ver; the tested stack is Python 3.11 (set PYTHON=... to choose)"
   say "1/5 creating virtual environment $VENV with $PY (Python $ver)"
   "$PY" -m venv "$VENV" || fail "could not create $VENV" "rm -rf '$VENV' && $SELF"
 else
@@ -125,21 +103,15 @@ fi
 VPY=$VENV/bin/python
 PIP=("$VPY" -m pip install --disable-pip-version-check)
 
-# ---------------------------------------------------------------- 2. build tools
 say "2/5 build tools (pip, setuptools>=77.0.3,<82, wheel, ninja)"
-# ninja lets torch's extension builder compile mmcv's ops in parallel
-# (MAX_JOBS) and report [done/total]; without it they compile one by one.
 run_logged "$LOGS/2-build-tools.log" "${PIP[@]}" --upgrade pip "setuptools>=77.0.3,<82" wheel ninja \
   || fail "installing build tools" "$SELF (check your network / pip index)"
 
-# ---------------------------------------------------------------- 3. torch & co
 say "3/5 torch, torchvision, mmengine and test tools (pinned; torch is large, this can take minutes)"
-run_logged "$LOGS/3-torch.log" "${PIP[@]}" \
-  -c "$ROOT/requirements/tested.txt" \
+run_logged "$LOGS/3-torch.log" "${PIP[@]}" -c "$ROOT/requirements/tested.txt" \
   torch torchvision mmengine -r "$ROOT/requirements/tests.txt" "setuptools>=77.0.3,<82" \
   || fail "installing torch/torchvision/mmengine" "$SELF"
 
-# ---------------------------------------------------------------- 4. mmcv
 # mmcv_dists: the installed distributions of the `mmcv` package, as
 # "name==version" words (mmcv-full is mmcv 1.x's name).
 mmcv_dists() {
@@ -156,8 +128,7 @@ for name in ('mmcv', 'mmcv-lite', 'mmcv-full'):
 mmcv_ops() {
   "$VPY" -c "import mmcv, mmcv._ext as e, sys; assert mmcv.__version__ == '$MMCV_VERSION'; assert type(e).__name__ != 'ServedOps'; print(e.get_compiling_cuda_version())" 2>/dev/null
 }
-# remove_mmcv: uninstall every distribution of the `mmcv` package (they share
-# their files: pip must never install one over the other).
+# remove_mmcv: uninstall every distribution of the `mmcv` package.
 remove_mmcv() {
   local names=() dist
   for dist in $(mmcv_dists); do names+=("${dist%%==*}"); done
@@ -175,12 +146,10 @@ elif ((!WITH_OPS)); then
   else
     say "4/5 mmcv-lite $MMCV_VERSION (pure Python; mocoplug serves the detectors' ops with torchvision)"
     remove_mmcv
-    run_logged "$LOGS/4-mmcv-lite.log" "${PIP[@]}" -c "$ROOT/requirements/tested.txt" \
-      "mmcv-lite==$MMCV_VERSION" \
+    run_logged "$LOGS/4-mmcv-lite.log" "${PIP[@]}" -c "$ROOT/requirements/tested.txt" "mmcv-lite==$MMCV_VERSION" \
       || fail "installing mmcv-lite $MMCV_VERSION" "$SELF (check your network / pip index)"
   fi
 else
-  # A CPU-only and a CUDA build share one file name: the cache keeps them apart.
   if command -v nvcc >/dev/null 2>&1 || [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc ]]; then
     flavour=cuda force_cuda=1
   else
@@ -205,7 +174,6 @@ else
       || fail "downloading the mmcv $MMCV_VERSION source" "$SELF (needs access to your pip index)"
     tar -xzf "$build"/mmcv-"$MMCV_VERSION".tar.gz -C "$build"
     src=$build/mmcv-$MMCV_VERSION
-    # torch >= 2.10 headers need C++20; mmcv 2.1.0 hard-codes c++14/c++17.
     sed -i "s/'-std=c++14'/'-std=c++20'/g; s/'-std=c++17'/'-std=c++20'/g" "$src/setup.py"
     log=$LOGS/4-mmcv-build.log
     say "    compiling with ${MAX_JOBS:-$(nproc)} parallel jobs; log: $log"
@@ -230,7 +198,6 @@ else
   mkdir -p "$WHEELS/$flavour" && cp -n "$wheel" "$WHEELS/$flavour/" || true
 fi
 
-# ---------------------------------------------------------------- 5. OpenMMLab & mocoplug
 say "5/5 mmpretrain, mmdet and mocoplug (editable)"
 run_logged "$LOGS/5-openmmlab.log" "${PIP[@]}" --no-build-isolation -c "$ROOT/requirements/tested.txt" mmpretrain mmdet \
   || fail "installing mmpretrain/mmdet" "$SELF"

@@ -1,7 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-"""Train a model from a config (mmpretrain's tools/train.py and its flags);
-the config's ``runner_type`` (``mocoplug.MoCoRunner``) gives its values their
-meaning, so mmpretrain's and mmdet's train.py and ``mim train`` do the same."""
+"""Train a model from a config (mmpretrain's tools/train.py and its flags)
+with the config's ``runner_type`` (``mocoplug.MoCoRunner``)."""
 import argparse
 import os.path as osp
 
@@ -38,9 +37,7 @@ def set_work_dir(cfg: Config, args: argparse.Namespace) -> None:
 
 def build_runner(cfg: Config) -> Runner:
     """The config's ``runner_type`` (mocoplug.MoCoRunner), else Runner."""
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    return RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
 
 
 def merge_args(cfg: Config, args: argparse.Namespace) -> Config:

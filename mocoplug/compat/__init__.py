@@ -13,23 +13,18 @@ from .mmpretrain_multimodal import skip_broken_multimodal
 
 
 def silence_mmcv_lite_warning() -> None:
-    """Hide mmcv-lite's ``MultiScaleDeformableAttention`` import warning
-    (no mocoplug component uses that op)."""
+    """Hide mmcv-lite's ``MultiScaleDeformableAttention`` import warning."""
     warnings.filterwarnings(
-        'ignore',
-        message='Fail to import ``MultiScaleDeformableAttention``',
-        category=UserWarning,
-        module='mmcv.cnn.bricks.transformer')
+        'ignore', 'Fail to import ``MultiScaleDeformableAttention``',
+        UserWarning, 'mmcv.cnn.bricks.transformer')
 
 
 def apply_patches() -> None:
     """Apply the patches (each is idempotent)."""
-    register_checkpoint_loader()
-    patch_adjust_hue()
-    register_config_package()
-    silence_mmcv_lite_warning()
-    serve_mmcv_ops()
-    skip_broken_multimodal()
+    for patch in (register_checkpoint_loader, patch_adjust_hue,
+                  register_config_package, silence_mmcv_lite_warning,
+                  serve_mmcv_ops, skip_broken_multimodal):
+        patch()
 
 
 apply_patches()

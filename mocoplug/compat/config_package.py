@@ -8,8 +8,7 @@ from mmengine.config import utils as config_utils
 
 
 def register_config_package() -> None:
-    """Add mocoplug to mmengine's ``MODULE2PACKAGE``, its path from the
-    imported package (mmengine's is wrong for an editable install)."""
+    """Add mocoplug to mmengine's ``MODULE2PACKAGE``, path from the import."""
     config_utils.MODULE2PACKAGE.setdefault('mocoplug', 'mocoplug')
     installed_path = config_module.get_installed_path
     if getattr(installed_path, 'mocoplug_patched', False):

@@ -8,13 +8,11 @@ import mmcv
 import numpy as np
 from PIL import Image
 
-# mmcv's own function, kept before patching (tests compare against it)
 ORIGINAL_ADJUST_HUE = mmcv.image.photometric.adjust_hue
 
 
 def pillow_hue(pil_image: Image.Image, hue_factor: float) -> Image.Image:
-    """The pillow branch of mmcv's ``adjust_hue`` (8-bit HSV, the shift
-    wrapped modulo 256, as numpy < 2 computed it) on an RGB PIL image."""
+    """mmcv's pillow ``adjust_hue`` of an RGB PIL image (shift mod 256)."""
     h, s, v = pil_image.convert('HSV').split()
     np_h = np.array(h, dtype=np.uint8)
     with np.errstate(over='ignore'):
@@ -28,8 +26,7 @@ def adjust_hue(img: np.ndarray,
                backend: Optional[str] = None) -> np.ndarray:
     """mmcv's ``adjust_hue`` (BGR image, ``hue_factor`` in [-0.5, 0.5] of a
     turn) with the hue shift wrapped modulo 256."""
-    if backend is None:
-        backend = mmcv.image.io.imread_backend
+    backend = mmcv.image.io.imread_backend if backend is None else backend
     if backend not in ('cv2', 'pillow'):
         raise ValueError(f'backend: {backend} is not supported. Supported '
                          "backends are 'cv2', 'pillow'")
@@ -42,16 +39,13 @@ def adjust_hue(img: np.ndarray,
         pil_image = Image.fromarray(img[..., ::-1], mode='RGB')
         return np.array(
             pillow_hue(pil_image, hue_factor), dtype=img.dtype)[..., ::-1]
-    # what numpy < 2 computed for np.uint8(negative): the value mod 256
-    shift = np.uint8(int(hue_factor * 255) % 256)
-    dtype = img.dtype
     hsv_img = cv2.cvtColor(img.astype(np.uint8), cv2.COLOR_BGR2HSV_FULL)
     h, s, v = cv2.split(hsv_img)
     h = h.astype(np.uint8)
     with np.errstate(over='ignore'):
-        h += shift
+        h += np.uint8(int(hue_factor * 255) % 256)
     return cv2.cvtColor(cv2.merge([h, s, v]),
-                        cv2.COLOR_HSV2BGR_FULL).astype(dtype)
+                        cv2.COLOR_HSV2BGR_FULL).astype(img.dtype)
 
 
 def needs_hue_patch() -> bool:
@@ -67,7 +61,6 @@ def patch_adjust_hue() -> bool:
     """Install :func:`adjust_hue` in mmcv if needed; True if it did."""
     if not needs_hue_patch():
         return False
-    mmcv.adjust_hue = adjust_hue
-    mmcv.image.adjust_hue = adjust_hue
-    mmcv.image.photometric.adjust_hue = adjust_hue
+    for module in (mmcv, mmcv.image, mmcv.image.photometric):
+        module.adjust_hue = adjust_hue
     return True

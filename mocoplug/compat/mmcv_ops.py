@@ -60,7 +60,6 @@ def check_mmcv_ops_device(device: torch.device) -> None:
 
 
 def uses_mmcv_ops(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is an mmdet model or holds a module of
-    ``mmcv.ops``."""
+    """Whether ``model`` is an mmdet model or holds an ``mmcv.ops`` one."""
     return type(model).__module__.startswith('mmdet.') or any(
         type(m).__module__.startswith('mmcv.ops') for m in model.modules())

@@ -43,15 +43,13 @@ def write_voc_split(root: str, year: str, split: str,
     base = osp.join(root, f'VOC{year}')
     for sub in ('Annotations', 'JPEGImages', osp.join('ImageSets', 'Main')):
         os.makedirs(osp.join(base, sub), exist_ok=True)
-    ids = []
-    for i, (img, objects) in enumerate(scenes):
-        img_id = f'{year}_{split}_{i:04d}'
+    ids = [f'{year}_{split}_{i:04d}' for i in range(len(scenes))]
+    for img_id, (img, objects) in zip(ids, scenes):
         name = f'{img_id}.jpg'
         Image.fromarray(img).save(
             osp.join(base, 'JPEGImages', name), quality=95)
         _voc_xml(name, (img.shape[1], img.shape[0]), objects).write(
             osp.join(base, 'Annotations', f'{img_id}.xml'))
-        ids.append(img_id)
     with open(osp.join(base, 'ImageSets', 'Main', f'{split}.txt'), 'w') as f:
         f.write(''.join(f'{i}\n' for i in ids))
     return ids
@@ -62,14 +60,12 @@ def _segmentation(obj: dict) -> Tuple[object, float]:
     if 'polygon' in obj:
         xs, ys = np.array(obj['polygon'], dtype=float).T
         area = abs(np.dot(xs, np.roll(ys, -1)) - np.dot(ys, np.roll(xs, -1)))
-        # PIL's pixel (i, j) is COCO's square [i, i + 1) x [j, j + 1)
         return [[round(c + 0.5, 2) for xy in obj['polygon']
                  for c in xy]], float(area / 2)  # shoelace formula
     from pycocotools import mask as mask_utils
     rle = mask_utils.encode(np.asfortranarray(obj['mask'].astype(np.uint8)))
-    return dict(
-        size=rle['size'],
-        counts=rle['counts'].decode()), float(obj['mask'].sum())
+    rle['counts'] = rle['counts'].decode()  # {'size': ..., 'counts': ...}
+    return rle, float(obj['mask'].sum())
 
 
 def write_coco_split(root: str,
@@ -82,22 +78,14 @@ def write_coco_split(root: str,
     img_dir = osp.join(root, f'{split}2017')
     os.makedirs(img_dir, exist_ok=True)
     os.makedirs(osp.join(root, 'annotations'), exist_ok=True)
-    categories = [
-        dict(id=i + 1, name=name, supercategory='object')
-        for i, name in enumerate(class_names)
-    ]
+    names = enumerate(class_names, 1)
+    categories = [dict(id=i, name=n, supercategory='object') for i, n in names]
     cat_ids = {c['name']: c['id'] for c in categories}
     images, annotations = [], []
-    for i, (img, objects) in enumerate(scenes):
-        image_id = first_image_id + i
-        file_name = f'{image_id:012d}.jpg'
-        Image.fromarray(img).save(osp.join(img_dir, file_name), quality=95)
-        images.append(
-            dict(
-                id=image_id,
-                file_name=file_name,
-                width=img.shape[1],
-                height=img.shape[0]))
+    for image_id, (img, objects) in enumerate(scenes, first_image_id):
+        name, (h, w) = f'{image_id:012d}.jpg', img.shape[:2]
+        Image.fromarray(img).save(osp.join(img_dir, name), quality=95)
+        images.append(dict(id=image_id, file_name=name, width=w, height=h))
         for obj in objects:
             x1, y1, x2, y2 = obj['bbox']
             segmentation, area = _segmentation(obj)
@@ -110,12 +98,10 @@ def write_coco_split(root: str,
                     area=area,
                     segmentation=segmentation,
                     iscrowd=0))
+    coco = dict(images=images, annotations=annotations, categories=categories)
     ann_file = osp.join(root, 'annotations', f'instances_{split}2017.json')
     with open(ann_file, 'w') as f:
-        json.dump(
-            dict(
-                images=images, annotations=annotations, categories=categories),
-            f)
+        json.dump(coco, f)
     return ann_file
 
 
@@ -131,11 +117,9 @@ def digit_scenes(split: str,
     :class:`DigitsDataset`'s ``split`` (or its ``indices``) on black; each
     object has ``digit`` (its index) and a mask of pixels > ``threshold``."""
     from .digits import DigitsDataset
-    digits = DigitsDataset(split=split, img_size=8, lazy_init=True)
-    digits.full_init()
+    digits = DigitsDataset(split=split, img_size=8)
     pool = np.arange(len(digits)) if indices is None else np.asarray(indices)
-    rng = np.random.RandomState(seed)
-    scenes = []
+    rng, scenes = np.random.RandomState(seed), []
     for _ in range(num):
         img = np.zeros((size, size), np.uint8)
         objects, boxes = [], []
@@ -151,20 +135,15 @@ def digit_scenes(split: str,
             else:
                 continue
             info = digits.get_data_info(int(rng.choice(pool)))
-            patch = np.asarray(
-                Image.fromarray(info['img'][..., 0]).resize((side, side),
-                                                            Image.BILINEAR))
+            glyph = Image.fromarray(info['img'][..., 0])
+            patch = np.asarray(glyph.resize((side, side), Image.BILINEAR))
             mask = np.zeros((size, size), bool)
             mask[y:y + side, x:x + side] = patch > threshold
             img[y:y + side, x:x + side] = patch
             ys, xs = np.nonzero(mask)
             bbox = [int(v) for v in (xs.min(), ys.min(), xs.max(), ys.max())]
             boxes.append(box)
-            objects.append(
-                dict(
-                    name=str(info['gt_label']),
-                    digit=info['digits_index'],
-                    bbox=bbox,
-                    mask=mask))
+            name, digit = str(info['gt_label']), info['digits_index']
+            objects.append(dict(name=name, digit=digit, bbox=bbox, mask=mask))
         scenes.append((np.repeat(img[..., None], 3, axis=2), objects))
     return scenes

@@ -47,29 +47,25 @@ class DigitsDataset(BaseDataset):
         """Indices of this split: a seed-independent stratified split."""
         if self.split == 'all':
             return np.arange(len(labels))
-        rng = np.random.RandomState(0)
-        test = []
+        rng, test = np.random.RandomState(0), []
         for cls in range(10):
             idx = np.flatnonzero(labels == cls)
             rng.shuffle(idx)
             test.append(idx[:int(round(len(idx) * self.test_ratio))])
         test_idx = np.sort(np.concatenate(test))
-        if self.split == 'test':
-            return test_idx
-        return np.setdiff1d(np.arange(len(labels)), test_idx)
+        return test_idx if self.split == 'test' else np.setdiff1d(
+            np.arange(len(labels)), test_idx)
 
     def load_data_list(self) -> List[dict]:
         """Read the digits from scikit-learn and build the data list."""
         from PIL import Image
         from sklearn.datasets import load_digits
-
         digits = load_digits()
-        data_list = []
+        data_list, size = [], (self.img_size, self.img_size)
         for i in self.split_indices(digits.target):
             gray = np.clip(digits.images[i] * 16, 0, 255).astype(np.uint8)
             big = np.asarray(
-                Image.fromarray(gray).resize((self.img_size, self.img_size),
-                                             Image.BILINEAR))
+                Image.fromarray(gray).resize(size, Image.BILINEAR))
             info = dict(
                 img=np.repeat(big[..., None], 3, axis=2), digits_index=int(i))
             if self.with_label:
@@ -88,7 +84,6 @@ def write_digits_folder(root: str, img_size: int = 32) -> Dict[str, int]:
     """Write the digits as ``root/{train,val}/<digit>/<index>.png`` (val:
     the ``'test'`` split); returns the image count per folder."""
     from PIL import Image
-
     written = {}
     for split, folder in (('train', 'train'), ('test', 'val')):
         dataset = DigitsDataset(split=split, img_size=img_size)

@@ -1,5 +1,6 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Decode an image file as the training pipeline does, or say why not."""
+import contextlib
 import inspect
 import os
 from typing import List, Optional, Sequence, Tuple
@@ -11,8 +12,7 @@ from mmpretrain.datasets import CustomDataset
 
 
 class UnreadableImageError(RuntimeError):
-    """An image file that cannot be read or decoded (one message argument,
-    so that the DataLoader can re-raise it from a worker)."""
+    """An image file that cannot be read or decoded (one message argument)."""
 
 
 _DEFAULT = inspect.signature(CustomDataset).parameters['extensions'].default
@@ -69,15 +69,10 @@ def check_image(path: str,
 _PNG_BANDS = {0: 1, 2: 3, 3: 3, 4: 1, 6: 3}
 #: PIL modes of other files as (bands, bits); any other mode: (3, 8)
 _PIL_MODES = {
-    '1': (1, 1),
-    'L': (1, 8),
-    'LA': (1, 8),
-    'I': (1, 32),
-    'F': (1, 32),
-    'I;16': (1, 16),
-    'I;16B': (1, 16),
-    'I;16L': (1, 16),
-    'I;16N': (1, 16)
+    mode: (1, bits)
+    for bits, modes in ((1, '1'), (8, 'L LA'), (16, 'I;16 I;16B I;16L I;16N'),
+                        (32, 'I F'))
+    for mode in modes.split()
 }
 
 
@@ -94,11 +89,8 @@ def file_format(path: str) -> Tuple[int, int]:
             bits = series.dtype.itemsize * 8
             if int(page.photometric) in (3, 5, 6, 8):  # palette, CMYK, ...
                 return 3, 8
-            bands = int(
-                np.prod([
-                    n for axis, n in zip(series.axes, series.shape)
-                    if axis not in 'YX'
-                ]))
+            axes = zip(series.axes, series.shape)
+            bands = int(np.prod([n for axis, n in axes if axis not in 'YX']))
             alpha = sum(int(e) in (1, 2) for e in page.extrasamples or ())
             return bands - (alpha if bits == 8 else 0), bits
     with open(path, 'rb') as f:
@@ -121,24 +113,20 @@ def tiff_is_planar(path: str) -> bool:
 
 
 def quiet_decoder_warnings() -> None:
-    """Silence OpenCV's own warnings on broken files, for a caller that
-    reports the reason itself."""
-    try:
+    """Silence OpenCV's own warnings on broken files (unless another OpenCV
+    build lacks the setting), for a caller that reports the reason itself."""
+    with contextlib.suppress(ImportError, AttributeError):
         import cv2
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
-    except (ImportError, AttributeError):  # another OpenCV build: keep them
-        pass
 
 
 def find_images(root: str,
                 extensions: Sequence[str] = IMAGE_EXTENSIONS) -> List[str]:
     """The files ``CustomDataset`` lists under ``root``, sorted: with an
-    extension in ``extensions`` (any case), not hidden (mmengine skips names
-    starting with '.', macOS's ``._*``), in every folder (hidden ones too),
-    symlinks followed; a symlink loop, which the dataset follows without
-    end, is a ``ValueError`` naming it."""
-    exts = tuple(e.lower() for e in extensions)
-    found = []
+    extension in ``extensions`` (any case), not starting with '.', in every
+    folder (hidden ones too), symlinks followed; a symlink loop, which the
+    dataset follows without end, is a ``ValueError`` naming it."""
+    exts, found = tuple(e.lower() for e in extensions), []
     for folder, _, files in os.walk(root, followlinks=True):
         real, parent = os.path.realpath(folder), os.path.dirname(folder)
         while len(parent) >= len(root):
@@ -147,8 +135,6 @@ def find_images(root: str,
                     f'{folder} links back to {parent}: CustomDataset would '
                     'list it without end; remove the link.')
             parent = os.path.dirname(parent)
-        found += [
-            os.path.join(folder, f) for f in files
-            if not f.startswith('.') and f.lower().endswith(exts)
-        ]
+        names = [f for f in files if f.lower().endswith(exts)]
+        found += [os.path.join(folder, f) for f in names if f[0] != '.']
     return sorted(found)

@@ -17,19 +17,17 @@ def labelled_folder_classes(folder: str) -> List[str]:
         raise FileNotFoundError(
             f'Labelled folder {folder!r} does not exist. Expected '
             'FOLDER/class_a/xxx.png, FOLDER/class_b/yyy.png, ...')
-    folders = sorted(e.name for e in os.scandir(folder) if e.is_dir())
-    hidden = [name for name in folders if name.startswith('.')]
+    classes = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+    hidden = [name for name in classes if name.startswith('.')]
     if hidden:  # mmpretrain's CustomDataset takes them as classes
         raise ValueError(
             f'Labelled folder {folder!r} holds hidden folders {hidden}, which '
             "mmpretrain's CustomDataset reads as classes (shifting the label "
             'of every class after them): remove them or move them out.')
-    classes = folders
     if not classes:
-        loose = [
-            f for f in os.listdir(folder) if f.lower().endswith(IMG_EXTENSIONS)
-        ]
-        hint = (f' It holds {len(loose)} images directly: move them into '
+        loose = sum(f.lower().endswith(IMG_EXTENSIONS)
+                    for f in os.listdir(folder))
+        hint = (f' It holds {loose} images directly: move them into '
                 'one sub-folder per class.' if loose else '')
         raise ValueError(
             f'Labelled folder {folder!r} has no class sub-folders.{hint} '
@@ -54,16 +52,14 @@ def fill_data_root(cfg: Config) -> int:
     one, check them, fill a None ``model.head.num_classes`` (in place);
     returns how many datasets received the folder."""
     from mocoplug.utils.config_options import walk_dicts  # (circular)
-    datasets = []
-
-    def collect(node: dict) -> None:
-        if node.get('type') == 'CustomDataset' and node.get(
-                'with_label', True) and node.get('data_root') is None:
-            datasets.append(node)
-
+    nodes = []
     for key in cfg.keys():
         if key.endswith('_dataloader') and isinstance(cfg[key], dict):
-            walk_dicts(cfg[key].get('dataset'), collect)
+            walk_dicts(cfg[key].get('dataset'), nodes.append)
+    datasets = [
+        n for n in nodes if n.get('type') == 'CustomDataset'
+        and n.get('with_label', True) and n.get('data_root') is None
+    ]
     if not datasets:
         return 0
     root = cfg.get('data_root', None)

@@ -7,8 +7,7 @@ from mmpretrain.datasets import BaseDataset
 
 from mocoplug.registry import DATASETS
 
-#: scikit-image's bundled photographs the evaluation tiles come from (BSD
-#: licensed package; each image's licence in skimage/data/README.txt)
+#: scikit-image's bundled photographs the evaluation tiles come from
 PHOTOS = ('astronaut', 'chelsea', 'coffee', 'rocket', 'motorcycle_left',
           'hubble_deep_field', 'ihc', 'retina', 'brick', 'grass', 'gravel',
           'camera')
@@ -88,8 +87,7 @@ class PhotoTilesDataset(BaseDataset):
 
     def load_data_list(self) -> List[dict]:
         t, rng = self.tile, np.random.RandomState(self.seed)
-        regions = self.regions()
-        tiles = []
+        regions, tiles = self.regions(), []
         if self.split in ('train', 'source'):
             for i in range(self.num_tiles):
                 label, region = regions[i % len(regions)]

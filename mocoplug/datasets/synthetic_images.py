@@ -58,9 +58,7 @@ class SyntheticImageDataset(BaseDataset):
         """The pixels of image ``index`` (HWC uint8)."""
         rng = np.random.default_rng([self.seed, index])
         cells = rng.integers(0, 256, (self.grid, self.grid, 3), np.uint8)
-        img = cv2.resize(
-            cells, (self.img_size, self.img_size),
-            interpolation=cv2.INTER_LINEAR)
+        img = cv2.resize(cells, (self.img_size, self.img_size))  # bilinear
         noise = rng.integers(-8, 9, img.shape, np.int16)
         return np.clip(img + noise, 0, 255).astype(np.uint8)
 

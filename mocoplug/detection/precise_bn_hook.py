@@ -16,8 +16,7 @@ from mocoplug.models.utils.precise_bn import precise_bn_stats
 
 @HOOKS.register_module()
 class DetectionPreciseBNHook(Hook):
-    """Recompute a detector's BN statistics before it is evaluated.
-
+    """Recompute a detector's BN statistics before it is evaluated, as
     detectron2's ``TEST.PRECISE_BN`` of the MoCo detection configs (`He et
     al., CVPR 2020 <https://arxiv.org/abs/1911.05722>`_; `Wu and Johnson,
     2021 <https://arxiv.org/abs/2105.07576>`_): the average batch statistics
@@ -38,8 +37,7 @@ class DetectionPreciseBNHook(Hook):
         if not isinstance(interval, int) or interval < 0:
             raise ValueError('DetectionPreciseBNHook: interval must be an int '
                              f'>= 0 (0: only at the end), got {interval!r}')
-        self.num_iters, self.interval = num_iters, interval
-        self._calls = 0
+        self.num_iters, self.interval, self._calls = num_iters, interval, 0
 
     def precise_bn_loader(self, runner: Runner) -> DataLoader:
         """A loader like the training loader, with its own shuffled order."""
@@ -50,11 +48,10 @@ class DetectionPreciseBNHook(Hook):
         old = train.batch_sampler
         if old is None:
             raise ValueError('DetectionPreciseBNHook needs a batch_size')
-        batch_sampler = type(old)(
-            sampler, batch_size=old.batch_size, drop_last=old.drop_last)
         return DataLoader(
             train.dataset,
-            batch_sampler=batch_sampler,
+            batch_sampler=type(old)(
+                sampler, batch_size=old.batch_size, drop_last=old.drop_last),
             num_workers=train.num_workers,
             collate_fn=train.collate_fn,
             pin_memory=train.pin_memory,
@@ -65,7 +62,6 @@ class DetectionPreciseBNHook(Hook):
         model = get_ori_model(runner.model)
         model.train()
         loader = self.precise_bn_loader(runner)
-        # every process must run the same number of forwards (SyncBN)
         num_iters = min_across_processes(
             min(self.num_iters, len(loader)),
             next(model.parameters()).device)
@@ -96,8 +92,7 @@ class DetectionPreciseBNHook(Hook):
 
 
 def min_across_processes(value: int, device: torch.device) -> int:
-    """The smallest ``value`` over all processes (``value`` itself in a
-    single process)."""
+    """The smallest ``value`` over all processes."""
     if get_world_size() == 1:
         return value
     tensor = torch.tensor(value, device=device)

@@ -1,5 +1,4 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
-import torch.nn as nn
 from mmdet.models.backbones import ResNet
 from mmdet.models.layers import ResLayer
 from mmdet.models.roi_heads.shared_heads.res_layer import \
@@ -40,5 +39,4 @@ class ScalableResLayerExtraNorm(SharedResLayer):
         self.norm = build_norm_layer(self.norm_cfg, planes * block.expansion)
 
     def forward(self, x):
-        layer: nn.Module = getattr(self, f'layer{self.stage + 1}')
-        return self.norm(layer(x))
+        return self.norm(getattr(self, f'layer{self.stage + 1}')(x))

@@ -32,14 +32,12 @@ def fill_pretrained(cfg: Config) -> int:
     path = cfg.get('pretrained', None)
     if not path:
         return 0
-    targets = []
-
-    def collect(node: dict) -> None:
-        if node.get('type') == 'Pretrained' and \
-                node.get('_scope_') == 'mocoplug':
-            targets.append(node)
-
-    walk_dicts(cfg.get('model', {}), collect)
+    nodes = []
+    walk_dicts(cfg.get('model', {}), nodes.append)
+    targets = [
+        n for n in nodes
+        if n.get('type') == 'Pretrained' and n.get('_scope_') == 'mocoplug'
+    ]
     if not targets:
         raise ValueError(
             f'pretrained={path!r} was given, but the model has no init_cfg '

@@ -24,9 +24,7 @@ def use_device_augmentation(cfg: Config,
         _fail('train_dataloader.dataset.pipeline needs exactly one '
               f'MultiView step, got {names}')
     index = names.index('MultiView')
-    views = dict(
-        num_views=pipeline[index]['num_views'],
-        transforms=pipeline[index]['transforms'])
+    views = {k: pipeline[index][k] for k in ('num_views', 'transforms')}
     if decode_on_device:
         if len(names) != 3 or names[0] not in LOADERS or names[2] not in (
                 'PackInputs', ):

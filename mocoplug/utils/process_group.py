@@ -7,8 +7,7 @@ _REGISTERED = False
 
 
 def leave_process_group() -> None:
-    """Wait for every rank, then destroy the default process group, if any
-    (a live group at exit can abort a gloo rank with SIGABRT)."""
+    """Wait for every rank, then destroy the default process group, if any."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

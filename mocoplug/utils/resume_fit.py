@@ -11,7 +11,6 @@ from mmpretrain.utils import get_ori_model
 
 from mocoplug.models.utils.encoder_checkpoint import variable_size_state
 
-# Runner.load_checkpoint's default revise_keys, which Runner.resume uses
 RESUME_REVISE_KEYS: Sequence[Tuple[str, str]] = ((r'^module.', ''), )
 MAX_LISTED = 20  # tensors listed per kind of mismatch
 Shape = Tuple[int, ...]
@@ -47,9 +46,8 @@ def compare_state_dict(model: nn.Module,
                 result.missing.append(name)
             continue
         loaded = state_dict[name]
-        if not (torch.is_tensor(value) and torch.is_tensor(loaded)):
-            continue
-        if nn.parameter.is_lazy(value) or name in variable_size:
+        if not (torch.is_tensor(value) and torch.is_tensor(loaded)) or \
+                nn.parameter.is_lazy(value) or name in variable_size:
             continue
         if loaded.shape != value.shape:
             result.shapes.append(

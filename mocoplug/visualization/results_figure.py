@@ -14,11 +14,9 @@ def draw_bar_table(ax, table: BarTable, title: str, ylabel: str) -> None:
     """Grouped bars, one group per column and one bar per row, with the
     spread as error bar and the mean written above it."""
     import numpy as np
-
     rows = list(table)
     columns = list(dict.fromkeys(c for row in rows for c in table[row]))
-    width = 0.8 / max(len(rows), 1)
-    x = np.arange(len(columns))
+    width, x = 0.8 / max(len(rows), 1), np.arange(len(columns))
     for i, row in enumerate(rows):
         means = [table[row].get(c, (np.nan, 0))[0] for c in columns]
         spreads = [table[row].get(c, (np.nan, 0))[1] for c in columns]
@@ -34,10 +32,7 @@ def draw_bar_table(ax, table: BarTable, title: str, ylabel: str) -> None:
                     ha='center',
                     va='bottom',
                     fontsize=7)
-    ax.set_xticks(x)
-    ax.set_xticklabels(columns)
-    ax.set_ylim(0, 118)  # room for the legend above 100
-    ax.set_ylabel(ylabel)
+    ax.set(xticks=x, xticklabels=columns, ylim=(0, 118), ylabel=ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis='y', alpha=0.3)
     ax.legend(fontsize=7, loc='upper center', ncol=len(rows))
@@ -63,22 +58,17 @@ def plot_results_figure(bar_tables: Sequence[Tuple[str, str, BarTable]],
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-
     cols = max(len(bar_tables), len(curve_panels), 1)
     rows = int(bool(bar_tables)) + int(bool(curve_panels))
     fig, axes = plt.subplots(
         rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
-    row = 0
-    for panels, draw in ((bar_tables, draw_bar_table), (curve_panels,
-                                                        draw_curves)):
-        if not panels:
-            continue
+    shown = [(bar_tables, draw_bar_table), (curve_panels, draw_curves)]
+    for row, (panels, draw) in enumerate(p for p in shown if p[0]):
         for col in range(cols):
             if col < len(panels):
                 draw(axes[row][col], *[panels[col][2], *panels[col][:2]])
             else:
                 axes[row][col].axis('off')
-        row += 1
     if suptitle:
         fig.suptitle(suptitle, fontsize=11)
     fig.tight_layout()

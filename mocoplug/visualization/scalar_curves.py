@@ -60,14 +60,10 @@ def panel_lines(runs: Dict[str, Sequence[dict]],
                 keys: Sequence[str]) -> List[tuple]:
     """The ``(legend label, steps, values)`` lines of one panel, one per
     run and metric (named when the panel has several)."""
-    lines = []
-    for label, records in runs.items():
-        for key in keys:
-            for name, (steps, values) in series(records, key).items():
-                suffix = f' {name}' if key.endswith('/') or len(
-                    keys) > 1 else ''
-                lines.append((f'{label}{suffix}'.strip(), steps, values))
-    return lines
+    return [((f'{label} {name}' if key.endswith('/') or len(keys) > 1 else
+              f'{label}').strip(), steps, values)
+            for label, records in runs.items() for key in keys
+            for name, (steps, values) in series(records, key).items()]
 
 
 def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
@@ -77,7 +73,6 @@ def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for filename, title, keys in PANELS:
@@ -86,19 +81,15 @@ def plot_scalar_curves(runs: Dict[str, Sequence[dict]],
             continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for label, steps, values in lines:
-            ax.plot(
-                steps,
-                values,
-                label=label or None,
-                marker='o' if len(steps) < 30 else None)
+            marker = 'o' if len(steps) < 30 else None
+            ax.plot(steps, values, label=label or None, marker=marker)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel('iteration')
         ax.grid(alpha=0.3)
         if any(label for label, _, _ in lines):
             ax.legend()
         fig.tight_layout()
-        path = osp.join(out_dir, filename)
-        fig.savefig(path, dpi=100)
+        written.append(osp.join(out_dir, filename))
+        fig.savefig(written[-1], dpi=100)
         plt.close(fig)
-        written.append(path)
     return written

@@ -54,10 +54,9 @@ def main(argv=None):
     sample = [paths[i] for i in sorted(pick[:args.samples])]
     mean, std, (bands, dtype) = band_stats(sample, args.backend)
     print(f'{len(sample)} of {len(paths)} images: {bands} bands of {dtype}')
-    print('--cfg-options data_preprocessor.mean=[' + ','.join(f'{m:.6g}'
-                                                              for m in mean) +
-          '] data_preprocessor.std=[' + ','.join(f'{s:.6g}' for s in std) +
-          f'] model.backbone.in_channels={bands}')
+    means, stds = (','.join(f'{v:.6g}' for v in vs) for vs in (mean, std))
+    print(f'--cfg-options data_preprocessor.mean=[{means}] data_preprocessor'
+          f'.std=[{stds}] model.backbone.in_channels={bands}')
     return mean, std
 
 

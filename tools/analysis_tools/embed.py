@@ -15,7 +15,8 @@ from typing import List
 import numpy as np
 import torch
 from mmengine.config import Config
-from mmengine.dataset import Compose, DefaultSampler, default_collate
+from mmengine.dataset import (Compose, DefaultSampler, default_collate,
+                              worker_init_fn)
 from mmengine.dist import all_gather_object, get_dist_info
 from mmengine.registry import DefaultScope
 from mmengine.runner import set_random_seed
@@ -32,8 +33,7 @@ from mocoplug.utils import parse_launch_args, walk_dicts
 
 
 class ImageFiles(Dataset):
-    """``pipeline`` applied to each of ``paths`` (``sample_idx`` its
-    index)."""
+    """``pipeline`` on each of ``paths`` (``sample_idx``: its index)."""
 
     def __init__(self, paths: List[str], pipeline: List[dict]) -> None:
         self.paths = paths
@@ -73,20 +73,6 @@ class RowFile:
             raise RuntimeError(f'{self.path}: {written - self.header} bytes '
                                f'of rows for shape {self.shape} ({expected})')
 
-    def blocks(self, rows: int, other: 'RowFile'):
-        """(first row, this file's rows | ``other``'s) ``rows`` at a
-        time."""
-        with open(self.path, 'rb') as a, open(other.path, 'rb') as b:
-            for f in (a, b):
-                np.lib.format.read_magic(f)
-                np.lib.format.read_array_header_2_0(f)
-            for start in range(0, self.shape[0], rows):
-                n = min(rows, self.shape[0] - start)
-                yield start, np.concatenate([
-                    np.fromfile(f, '<f4', n * w).reshape(n, w)
-                    for f, w in ((a, self.shape[1]), (b, other.shape[1]))
-                ], 1)
-
 
 def crop_size(cfg: Config) -> int:
     """The training crop (the first ``RandomResizedCrop``'s), else 224."""
@@ -113,10 +99,6 @@ def pipelines(cfg: Config, size: int) -> dict:
         ]
         for name, view in views.items() if view
     }
-
-
-def _seed_worker(seed: int, worker_id: int) -> None:
-    set_random_seed(seed + worker_id)
 
 
 def checked_images(root: str) -> tuple:
@@ -201,9 +183,7 @@ def main(argv=None):
             else args.checkpoint
         model = MODELS.build(model_cfg)
         model.init_weights()
-    if torch.cuda.is_available():
-        model = model.cuda()
-
+    model = model.cuda() if torch.cuda.is_available() else model
     dims = {}
 
     def features(inputs):  # pooled backbone | projection, one row
@@ -222,10 +202,10 @@ def main(argv=None):
         """Every image's backbone|embedding row, ``args.chunk`` images at
         a time; rank 0 appends them to .npy files (a training view:
         ``view`` of ``views``, one file for all of them)."""
+        lead = (views, len(good)) if views else (len(good), )
         for start in range(0, len(good), args.chunk):
-            seed = int(
-                np.random.SeedSequence([args.seed, view, rank, start
-                                        ]).generate_state(1)[0] >> 1)
+            sequence = np.random.SeedSequence([args.seed, view, rank, start])
+            seed = int(sequence.generate_state(1)[0] >> 1)
             dataset = ImageFiles(good[start:start + args.chunk], pipeline)
             loader = DataLoader(
                 dataset,
@@ -233,7 +213,8 @@ def main(argv=None):
                 sampler=DefaultSampler(dataset, shuffle=False),
                 num_workers=args.workers,
                 collate_fn=default_collate,
-                worker_init_fn=partial(_seed_worker, seed))
+                worker_init_fn=partial(
+                    worker_init_fn, num_workers=0, rank=0, seed=seed))
             set_random_seed(seed)
             shard = extract_feature_shard(
                 model,
@@ -250,10 +231,8 @@ def main(argv=None):
                 backbone=rows[:, :cut], embedding=rows[:, cut:])
             for key, block in blocks.items():
                 if key not in files:
-                    files[key] = RowFile(
-                        osp.join(parts, key + '.npy'),
-                        ((views, ) if views else
-                         ()) + (len(good), block.shape[1]))
+                    path = osp.join(parts, key + '.npy')
+                    files[key] = RowFile(path, lead + block.shape[1:])
                 files[key].append(block)
 
     size = args.size or crop_size(cfg)
@@ -274,8 +253,7 @@ def main(argv=None):
 
 def write(args, files: dict, good: List[str], bad: list, size: int,
           num_views: int):
-    """The output file from rank 0's row files; its NpzFile (None for a
-    csv)."""
+    """The output file from rank 0's row files; its NpzFile (None: csv)."""
     world_size = get_dist_info()[1]
     width, rest = (files[k].shape[-1] for k in ('backbone', 'embedding'))
     small = dict(
@@ -290,7 +268,6 @@ def write(args, files: dict, good: List[str], bad: list, size: int,
         processes=world_size)
     if not num_views:
         small['views'] = np.zeros((0, len(good), width + rest), np.float32)
-    os.makedirs(osp.dirname(osp.abspath(args.out)) or '.', exist_ok=True)
     for f in files.values():
         f.close()
     if args.format == 'npz':
@@ -300,15 +277,15 @@ def write(args, files: dict, good: List[str], bad: list, size: int,
             for key, f in files.items():  # copied in blocks, not loaded
                 npz.write(f.path, key + '.npy')
     else:
+        mapped = (
+            np.load(files[k].path, mmap_mode='r')
+            for k in ('backbone', 'embedding'))
         with open(args.out, 'w', newline='') as out:
             rows = csv.writer(out)
             rows.writerow(['path'] + [f'b{i}' for i in range(width)] +
                           [f'e{i}' for i in range(rest)])
-            for start, block in files['backbone'].blocks(
-                    args.chunk, files['embedding']):
-                rows.writerows(
-                    [path, *(f'{x:.7g}' for x in row)]
-                    for path, row in zip(small['paths'][start:], block))
+            rows.writerows([path, *(f'{x:.7g}' for x in (*b, *e))]
+                           for path, b, e in zip(small['paths'], *mapped))
     print(f'embedded {len(good)} images of {args.data_root} ({size} px, '
           f'backbone {width}, projection {rest}, {num_views} training '
           f'views, {world_size} processes); {len(bad)} not readable; wrote '

@@ -40,9 +40,8 @@ def parse_args(argv=None):
 
 def load(path: str, features: str) -> dict:
     data = dict(np.load(path))
-    cut = slice(None, data['width']) if features == 'backbone' else slice(
-        data['width'], None)
-    data['views'] = data['views'][:, :, cut]
+    data['views'] = np.split(data['views'], [data['width']],
+                             2)[features == 'embedding']
     if not len(data['paths']):
         raise SystemExit(f'{path}: no image was embedded')
     data['unit'] = F.normalize(torch.from_numpy(data[features]).float(), dim=1)
@@ -66,13 +65,11 @@ def neighbours(unit: torch.Tensor, k: int, query=None, labels=None):
 def view_agreement(data: dict, own: torch.Tensor) -> List[float]:
     """Per training view: the mean share of an image's nearest neighbours
     ``own`` (ids) that are among the nearest of its view (self excluded)."""
-    out = []
-    for view in data['views']:
-        moved = F.normalize(torch.from_numpy(view).float(), dim=1)
-        found = neighbours(data['unit'], own.shape[1], moved).ids
-        out.append((own.unsqueeze(2) == found.unsqueeze(1)
-                    ).any(2).float().mean().item())
-    return out
+    moved = (
+        F.normalize(torch.from_numpy(v).float(), dim=1) for v in data['views'])
+    found = (neighbours(data['unit'], own.shape[1], m).ids for m in moved)
+    return [(own.unsqueeze(2) == f.unsqueeze(1)).any(2).float().mean().item()
+            for f in found]
 
 
 def class_figures(data: dict) -> dict:
@@ -169,15 +166,13 @@ def main(argv=None) -> Dict:
     page = Page(args.out, root)
     found = [neighbours(r['unit'], args.k) for r in runs]
     if args.queries:
-        where = {p: i for i, p in enumerate(paths)}
-        missing = [q for q in args.queries if q not in where]
+        missing = [q for q in args.queries if q not in paths]
         if missing:
             raise SystemExit(f'--queries not in the file: {missing}')
-        queries = [where[q] for q in args.queries]
+        queries = [paths.tolist().index(q) for q in args.queries]
     else:
-        queries = sorted(
-            np.random.default_rng(args.seed).permutation(
-                len(paths))[:args.num_queries].tolist())
+        pick = np.random.default_rng(args.seed).permutation(len(paths))
+        queries = sorted(pick[:args.num_queries].tolist())
     rows = ''.join('<div class="row">' + ''.join(
         f'<span class="run">{page.thumb(paths[q], r["label"])}' + ''.join(
             page.thumb(paths[i], f'{s:.3f}')
@@ -193,13 +188,10 @@ def main(argv=None) -> Dict:
                                      for i, r in enumerate(runs)))
     summary = {}
     for run, f in zip(runs, found):
-        top = f.sims[:, 0]
-        pairs = sorted({
-            (min(i, j), max(i, j))
-            for i, (s,
-                    j) in enumerate(zip(top.tolist(), f.ids[:, 0].tolist()))
-            if s >= args.duplicate
-        })
+        top, nearest = f.sims[:, 0], f.ids[:, 0].tolist()
+        pairs = sorted({(min(i, j), max(i, j))
+                        for i, (s, j) in enumerate(zip(top.tolist(), nearest))
+                        if s >= args.duplicate})
         lonely = top.argsort()[:8].tolist()
         views = view_agreement(run, f.ids)
         classes = class_figures(run)

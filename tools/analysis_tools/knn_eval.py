@@ -74,25 +74,21 @@ def main(argv=None):
     if missing:
         raise SystemExit(f'{args.config} lacks {missing}: start from '
                          'configs/benchmarks/knn_r50_in1k.py')
-    leave_one_out = False
-    if args.data_root:
-        leave_one_out = use_labelled_folder(cfg, args.data_root)
+    leave_one_out = bool(args.data_root) and use_labelled_folder(
+        cfg, args.data_root)
     cfg.pretrained = args.checkpoint
     fill_pretrained(cfg)
     if args.launcher != 'none':  # gloo on CPU ranks
         init_dist_for_this_machine(args.launcher,
                                    cfg.get('env_cfg', {}).get('dist_cfg'))
-    knn = dict(topk=(20, 200), temperature=0.07)
-    knn.update(cfg.get('knn', {}))
-
+    knn = dict(dict(topk=(20, 200), temperature=0.07), **cfg.get('knn', {}))
     with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
         model_cfg = cfg.model.copy()
         if 'data_preprocessor' in cfg:
             model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
         model = MODELS.build(model_cfg)
         model.init_weights()
-        if torch.cuda.is_available():
-            model = model.cuda()
+        model = model.cuda() if torch.cuda.is_available() else model
         loaders = [
             Runner.build_dataloader(cfg[k], seed=0)
             for k in REQUIRED[1:2 if leave_one_out else 3]
@@ -105,17 +101,14 @@ def main(argv=None):
             check_one_pass(loader, field)
         except ValueError as error:
             raise SystemExit(str(error)) from None
-    # every rank keeps its shard of the features on its device
     bank = extract_feature_shard(model, loaders[0], model.backbone, 'memory')
     query = bank if leave_one_out else extract_feature_shard(
         model, loaders[1], model.backbone, 'queries')
-    # knn: topk, temperature and optionally query_chunk, bank_chunk
     results = sharded_weighted_knn_accuracy(
         query, bank, num_classes, exclude_self=leave_one_out, **knn)
     if get_rank() != 0:
         return None
-    num_query = len(loaders[-1].dataset)
-    num_bank = len(loaders[0].dataset)
+    num_query, num_bank = len(loaders[-1].dataset), len(loaders[0].dataset)
     protocol = (f'leave-one-out over {num_bank} images' if leave_one_out else
                 f'on {num_query} queries, {num_bank} memory images')
     capped = [k for k in knn['topk'] if f'top1_k{k}' not in results]

@@ -4,12 +4,10 @@
 table (the method: configs/mocov2/README.md#on-real-photographs)."""
 import argparse
 import json
-import os
 import os.path as osp
 import sys
 import time
 
-import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from mmengine.runner import set_random_seed
@@ -19,7 +17,7 @@ from mocoplug.registry import MODELS
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from demo import KNN, ROOT, digits_loader, encode  # noqa: E402 isort: skip
 from demo import estimate_bn_statistics, knn_figures  # noqa: E402 isort: skip
-from demo import mean_spread, pretrain  # noqa: E402 isort: skip
+from demo import pretrain, summarise  # noqa: E402 isort: skip
 
 CONFIG = osp.join(ROOT, 'configs', 'mocov2',
                   'mocov2_smallconv4-w32_1xb64-coslr_photo-tiles.py')
@@ -30,22 +28,21 @@ def run_cfg(split: str, tiles: int, iters: int, encoders_from=None):
     """The config for ``iters`` iterations on ``tiles`` tiles, queue at
     most 4 keys per tile (the folder rule), no kNN monitor."""
     cfg = Config.fromfile(CONFIG)
-    batch = cfg.train_dataloader.batch_size
-    epochs = max(1, round(iters * batch / tiles))
+    epochs = max(1, round(iters * cfg.train_dataloader.batch_size / tiles))
     cfg.train_dataloader.dataset.update(split=split, num_tiles=tiles)
     cfg.model.queue.size = min(4 * tiles, 4096)
     cfg.model.encoders_from = encoders_from
-    cfg.train_cfg.max_epochs = epochs
+    cfg.train_cfg.max_epochs = cfg.default_hooks.checkpoint.interval = epochs
     cfg.param_scheduler[0].update(T_max=epochs, end=epochs)
-    cfg.default_hooks.checkpoint.interval = epochs
     cfg.custom_hooks = cfg.custom_hooks[:1]  # the momentum update
     return cfg
 
 
 def knn(model, feature_fn=None) -> dict:
     """The demo's kNN figures of the 12 photographs' tiles."""
-    return knn_figures(
-        encode(model, feature_fn, 'PhotoTilesDataset', 'memory'), 12)
+    with DefaultScope.overwrite_default_scope('mocoplug'):
+        return knn_figures(
+            encode(model, feature_fn, 'PhotoTilesDataset', 'memory'), 12)
 
 
 def main(argv=None):
@@ -56,8 +53,6 @@ def main(argv=None):
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--work-dir', default='work_dirs/photo_rules')
     args = parser.parse_args(argv)
-    torch.set_num_threads(  # every core unless OMP_NUM_THREADS is set
-        int(os.environ.get('OMP_NUM_THREADS') or os.cpu_count() or 1))
     started = time.time()
     cfg = run_cfg('source', SOURCE_TILES, args.source_iters)
     source_dir = osp.join(args.work_dir, 'source')
@@ -68,15 +63,13 @@ def main(argv=None):
     source_model, _ = pretrain(cfg, 0, source_dir)
     source = osp.join(source_dir, f'epoch_{cfg.train_cfg.max_epochs}.pth')
     rows = {'raw pixels': [], 'random init': [], 'released weights': []}
-    with DefaultScope.overwrite_default_scope('mocoplug'):
-        rows['released weights'].append(knn(source_model))
+    rows['released weights'].append(knn(source_model))
     for size in args.sizes:
-        for init in ('scratch', 'continued'):
+        for init, start in (('scratch', None), ('continued', source)):
             name = f'MoCo v2 {init}, {size} tiles'
             rows[name] = []
             for seed in args.seeds:
-                cfg = run_cfg('train', size, args.iters,
-                              source if init == 'continued' else None)
+                cfg = run_cfg('train', size, args.iters, start)
                 print(
                     f'{name}, seed {seed}: {cfg.train_cfg.max_epochs} '
                     f'epochs, queue {cfg.model.queue.size}',
@@ -84,29 +77,20 @@ def main(argv=None):
                 model, _ = pretrain(
                     cfg, seed,
                     osp.join(args.work_dir, f'{init}{size}-seed{seed}'))
-                with DefaultScope.overwrite_default_scope('mocoplug'):
-                    rows[name].append(knn(model))
+                rows[name].append(knn(model))
+    cfg.model.encoders_from = None  # the last run's model, at random init
     with DefaultScope.overwrite_default_scope('mocoplug'):
         for seed in args.seeds:
             set_random_seed(seed)
             model = MODELS.build(
-                dict(
-                    cfg.model,
-                    encoders_from=None,
-                    data_preprocessor=cfg.data_preprocessor))
+                dict(cfg.model, data_preprocessor=cfg.data_preprocessor))
             model.init_weights()
             estimate_bn_statistics(
                 model, digits_loader('memory', dataset='PhotoTilesDataset'))
             rows['random init'].append(knn(model))
             if seed == args.seeds[0]:
                 rows['raw pixels'].append(knn(model, lambda x: x.flatten(1)))
-    summary = {
-        name: {
-            t: mean_spread([r[t] for r in runs])
-            for t in ('clean', 'perturbed')
-        }
-        for name, runs in rows.items()
-    }
+    summary = summarise(rows)  # mean and spread per encoder and test set
     print(f'\nweighted kNN top-1 (%) of held-out tiles of 12 photographs '
           f'(k={KNN["k"]}), {args.iters} iterations of 64 per run, seeds '
           f'{args.seeds}')
@@ -120,7 +104,6 @@ def main(argv=None):
         args=vars(args),
         minutes=round((time.time() - started) / 60, 1),
         chance=100 / 12)
-    os.makedirs(args.work_dir, exist_ok=True)
     with open(osp.join(args.work_dir, 'results.json'), 'w') as f:
         json.dump(result, f, indent=1)
     print(f'{result["minutes"]} min; {args.work_dir}/results.json')

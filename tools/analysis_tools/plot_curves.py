@@ -46,8 +46,7 @@ def main(argv=None):
     if not written:
         raise SystemExit('No known metric (loss, contrast_acc, lr, momentum, '
                          'knn/*, health/*) in the scalars log')
-    for path in written:
-        print(path)
+    print(*written, sep='\n')
     return written
 
 

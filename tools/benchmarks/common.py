@@ -2,21 +2,19 @@
 """The harness of the benchmark sub-commands: options, short runs, timing
 (synchronized on CUDA), the machine, tables and JSON."""
 import argparse
-import importlib.util
-import json
 import os
 import os.path as osp
 import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+import mmengine
 import torch
 from mmengine.config import Config
 
 from mocoplug.engine.hooks.exact_resume_hook import cpu_model as cpu_name
 
 Device = Union[str, torch.device]
-# the repository root and its configs (this file is tools/benchmarks/...)
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = osp.join(ROOT, 'configs')
 DIGITS = osp.join(
@@ -29,7 +27,7 @@ def parser(doc: str,
            out: Optional[str] = '--out',
            **ints: Optional[int]) -> argparse.ArgumentParser:
     """The options of ``benchmark.py command``, described by ``doc``:
-    ``--device`` (default: CUDA when visible), the JSON path ``out``, and an
+    ``--device`` (default: CUDA when visible), the JSON path ``out``, an
     integer option per item of ``ints`` (``img_size=64``: ``--img-size 64``).
     """
     parser = argparse.ArgumentParser(
@@ -53,9 +51,8 @@ def quiet_cfg(config: Union[str, Config],
     with ``iters``, that many iterations, no schedule, checkpoint or log."""
     cfg = Config.fromfile(config) if isinstance(config, str) else config
     cfg.work_dir, cfg.log_level = work_dir, log_level
-    cfg.custom_hooks = [
-        h for h in cfg.get('custom_hooks', []) if h['type'] != 'KNNMonitorHook'
-    ]
+    hooks = cfg.get('custom_hooks', [])
+    cfg.custom_hooks = [h for h in hooks if h['type'] != 'KNNMonitorHook']
     if iters:
         cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters)
         cfg.param_scheduler = []
@@ -63,27 +60,6 @@ def quiet_cfg(config: Union[str, Config],
             type='CheckpointHook', interval=10**9, save_last=False)
         cfg.default_hooks.logger = dict(type='LoggerHook', interval=10**9)
     return cfg
-
-
-def hook_runner(config: Union[str, Config],
-                work_dir: str,
-                hook_type: type,
-                iters: Optional[int] = None) -> tuple:
-    """A Runner of :func:`quiet_cfg` and its hook of ``hook_type``."""
-    from mmengine.registry import RUNNERS
-
-    import mocoplug  # noqa: F401  (registers the hooks)
-    runner = RUNNERS.build(quiet_cfg(config, work_dir, iters))
-    return runner, next(h for h in runner.hooks if isinstance(h, hook_type))
-
-
-def tool_module(name: str):
-    """``tools/<name>.py`` imported as a module (tools/ is no package)."""
-    path = osp.join(ROOT, 'tools', f'{name}.py')
-    spec = importlib.util.spec_from_file_location(f'tools_{name}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def synchronize(device: Device) -> None:
@@ -133,9 +109,9 @@ def round_robin_ms(
 
 def load_average() -> List[float]:
     """The 1, 5 and 15 minute load averages (NaN where unknown)."""
-    if not hasattr(os, 'getloadavg'):
-        return [float('nan')] * 3
-    return [round(x, 2) for x in os.getloadavg()]
+    if hasattr(os, 'getloadavg'):
+        return [round(x, 2) for x in os.getloadavg()]
+    return [float('nan')] * 3
 
 
 def machine(device: Device) -> str:
@@ -155,26 +131,19 @@ def rss_bytes(pid: Union[int, str] = 'self') -> int:
 
 def markdown_table(rows: List[dict], columns: Dict[str, str]) -> str:
     """``rows`` as a Markdown table; ``columns`` maps keys to headers."""
-    lines = [
-        '| ' + ' | '.join(columns.values()) + ' |', '|' + '---|' * len(columns)
-    ]
-    for row in rows:
-        lines.append('| ' + ' | '.join(str(row[k]) for k in columns) + ' |')
-    return '\n'.join(lines)
+    cells = [columns.values()] + [[row[k] for k in columns] for row in rows]
+    lines = ['| ' + ' | '.join(map(str, c)) + ' |' for c in cells]
+    return '\n'.join(lines[:1] + ['|' + '---|' * len(columns)] + lines[1:])
 
 
-def print_rows(rows: Dict[str, Any], value: str = 'ms') -> None:
-    """Print ``rows`` (what: value) as a two-column Markdown table."""
-    print(
-        markdown_table([dict(what=k, value=v) for k, v in rows.items()],
-                       dict(what='what', value=value)))
+def print_rows(rows: Dict[str, Any]) -> None:
+    """Print ``rows`` (what: ms) as a two-column Markdown table."""
+    table = [dict(what=k, value=v) for k, v in rows.items()]
+    print(markdown_table(table, dict(what='what', value='ms')))
 
 
 def write_json(result: Any, path: Optional[str]) -> None:
     """Write ``result`` to ``path`` (if any) as JSON, and say where."""
-    if not path:
-        return
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    with open(path, 'w') as f:
-        json.dump(result, f, indent=1)
-    print(f'wrote {path}')
+    if path:
+        mmengine.dump(result, path, file_format='json', indent=1)
+        print(f'wrote {path}')

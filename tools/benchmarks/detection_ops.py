@@ -47,9 +47,8 @@ def main(argv=None):
         default=osp.join(CONFIGS, 'detection',
                          'faster-rcnn_r50-c4_syncbn-ms-24k_voc0712.py'))
     args = p.parse_args(argv)
-    served = serve_mmcv_ops()
     kernels = {'served (torchvision)': ServedOps()}
-    if not served:
+    if not serve_mmcv_ops():
         kernels['compiled mmcv'] = importlib.import_module('mmcv._ext')
     model, inputs, samples = build(args.config, args.size, args.batch,
                                    args.rois, args.device)
@@ -92,14 +91,12 @@ def main(argv=None):
           f'images, {args.rois} RoIs each, on {machine(args.device)}')
     if len(kernels) == 1:
         print('compiled mmcv not installed: served kernels only')
-    print(
-        markdown_table(
-            rows,
-            dict(
-                step='step',
-                kernels='mmcv kernels',
-                median='median ms',
-                spread='min-max ms')))
+    columns = dict(
+        step='step',
+        kernels='mmcv kernels',
+        median='median ms',
+        spread='min-max ms')
+    print(markdown_table(rows, columns))
     return dict(
         rows=rows,
         device=args.device,

@@ -26,15 +26,14 @@ FOLDER = osp.join(CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_folder.py')
 
 
 def build_preprocessor(config: str, device: torch.device):
-    cfg = Config.fromfile(config)
     with DefaultScope.overwrite_default_scope('mocoplug'):
-        preprocessor = MODELS.build(cfg.data_preprocessor)
-    return preprocessor.to(device), cfg
+        preprocessor = MODELS.build(Config.fromfile(config).data_preprocessor)
+    return preprocessor.to(device)
 
 
 def batched_costs(batch: int, device: torch.device, rounds: int) -> dict:
     """ms per image (2 views) of the v2 preprocessor, and per step."""
-    preprocessor, _ = build_preprocessor(V2_DEVICE, device)
+    preprocessor = build_preprocessor(V2_DEVICE, device)
     gen = torch.Generator().manual_seed(0)
     views = [
         torch.randint(
@@ -46,11 +45,10 @@ def batched_costs(batch: int, device: torch.device, rounds: int) -> dict:
     augment = preprocessor.view_augments[0]
     params = augment.sample(batch, preprocessor._generator_on(device), device)
     images = views[0].float()
-    steps = {
-        type(op).__name__:
-        round(median_ms(lambda: op(images, p), device, rounds, 1) / batch, 3)
-        for op, p in zip(augment.ops, params)
-    }
+    steps = {}
+    for op, p in zip(augment.ops, params):
+        ms = median_ms(lambda: op(images, p), device, rounds, 1)
+        steps[type(op).__name__] = round(ms / batch, 3)
     return dict(
         device=str(device),
         batch=batch,
@@ -71,7 +69,7 @@ def encoded_batch(paths: List[str], batch: int) -> dict:
 
 def decode_costs(batch: int, device: torch.device, rounds: int,
                  paths: List[str]) -> dict:
-    preprocessor, _ = build_preprocessor(V2_DECODE, device)
+    preprocessor = build_preprocessor(V2_DECODE, device)
     data = encoded_batch(paths, batch)
     total = median_ms(lambda: preprocessor(data, True), device, rounds, 1)
     return dict(
@@ -94,9 +92,8 @@ def resnet18_folder_cfg(path: str, data_root: str, batch: int) -> Config:
 
 def on_path(cfg: Config, path: str) -> Config:
     """``cfg`` on the augmentation path ``path`` (per-image: unchanged)."""
-    if path == 'per-image':
-        return cfg
-    return use_device_augmentation(cfg, path == 'device-decode')
+    return cfg if path == 'per-image' else use_device_augmentation(
+        cfg, path == 'device-decode')
 
 
 def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
@@ -119,19 +116,18 @@ def end_to_end(iters: int, warmup: int, folder: str, batch: int) -> List[dict]:
                 cfg.experiment_name = f'{name}-{path}-{workers}-{os.getpid()}'
                 runner = RUNNERS.build(cfg)
                 runner.train()
-            # IterTimerHook's seconds of each iteration, data wait included
             seconds = runner.message_hub.get_scalar('train/time').data[0]
-            images = (iters - warmup) * cfg.train_dataloader.batch_size
+            size = cfg.train_dataloader.batch_size
+            rate = round((iters - warmup) * size / seconds[warmup:].sum(), 1)
             rows.append(
                 dict(
                     run=name,
                     path=path,
                     workers=workers,
-                    batch=cfg.train_dataloader.batch_size,
-                    images_per_s=round(images / seconds[warmup:].sum(), 1)))
+                    batch=size,
+                    images_per_s=rate))
             print(
-                f'  {name} {path} workers={workers}: '
-                f'{rows[-1]["images_per_s"]} images/s',
+                f'  {name} {path} workers={workers}: {rate} images/s',
                 flush=True)
     return rows
 
@@ -151,9 +147,8 @@ def main(argv=None):
     p.add_argument('--e2e', action='store_true')  # short training runs
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    devices = [torch.device('cpu')]
-    if torch.cuda.is_available():
-        devices.append(torch.device('cuda'))
+    devices = [torch.device('cpu')] + ([torch.device('cuda')]
+                                       if torch.cuda.is_available() else [])
     result = dict(
         cpu=cpu_name(),
         cuda=torch.cuda.get_device_name() if len(devices) > 1 else None,
@@ -165,19 +160,15 @@ def main(argv=None):
     result['batched'] = [
         batched_costs(b, d, args.rounds) for d in devices for b in args.batches
     ]
-    rows = [
-        dict(
-            r,
-            steps=', '.join(f'{k} {v}'
-                            for k, v in r['ms_per_view_per_step'].items()))
-        for r in result['batched']
-    ]
+    rows = []
+    for r in result['batched']:
+        steps = r['ms_per_view_per_step'].items()
+        rows.append(dict(r, steps=', '.join(f'{k} {v}' for k, v in steps)))
     columns = dict(device='device', batch='batch', ms_per_image='ms per image')
     print('\nBatched augmentation of the MoCo v2 recipe (2 views of 224 px '
           'per image), median ms:\n')
-    print(
-        markdown_table(rows,
-                       dict(columns, steps='ms per image per view, by step')))
+    by_step = dict(columns, steps='ms per image per view, by step')
+    print(markdown_table(rows, by_step))
     with tempfile.TemporaryDirectory() as folder:
         paths = make_images(folder, 64)
         if args.decode:

@@ -6,10 +6,11 @@ import statistics
 import tempfile
 
 import torch
+from mmengine.registry import RUNNERS
 
 from mocoplug.engine.hooks import (MomentumUpdateHook, NonFiniteLossHook,
                                    RepresentationHealthHook)
-from .common import (DIGITS, hook_runner, median_ms, parser, print_rows,
+from .common import (DIGITS, median_ms, parser, print_rows, quiet_cfg,
                      round_robin_ms)
 
 
@@ -19,8 +20,9 @@ def main(argv=None) -> dict:
     p.add_argument('config', nargs='?', default=DIGITS)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as work_dir:
-        runner, hook = hook_runner(args.config, work_dir,
-                                   RepresentationHealthHook)
+        runner = RUNNERS.build(quiet_cfg(args.config, work_dir))
+        hook = next(
+            h for h in runner.hooks if isinstance(h, RepresentationHealthHook))
         runner.train_loop  # builds the loop and the dataloader
         runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
         hook.before_train(runner)
@@ -39,9 +41,7 @@ def main(argv=None) -> dict:
             return outputs
 
         steps = round_robin_ms({c: lambda c=c: step(c)
-                                for c in (False, True)},
-                               repeats=args.steps,
-                               warmup=2)
+                                for c in (False, True)}, 'cpu', args.steps, 2)
         outputs = step(True)  # device tensors, as train_step returns them
         observed = hook._observed  # what the step's forward hook kept
 
@@ -59,9 +59,8 @@ def main(argv=None) -> dict:
         for key, value in outputs.items():
             runner.message_hub.update_scalar(f'train/{key}', value)
         non_finite = median_ms(  # iteration 0: no checkpoint is due
-            lambda: guard.after_train_iter(runner, 0, None, outputs),
-            repeats=args.calls,
-            warmup=0)
+            lambda: guard.after_train_iter(runner, 0, None, outputs), 'cpu',
+            args.calls, 0)
     train, stash = (statistics.median(steps[c]) for c in (False, True))
     amortised = (check + (hook.interval - 1) * idle) / hook.interval
     print(f'config: {osp.relpath(args.config)}, {torch.get_num_threads()} '

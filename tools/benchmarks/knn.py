@@ -28,7 +28,7 @@ class PeakMemory:
     allocations, or on a CPU the resident set read every 2 ms."""
 
     def __init__(self, device: str):
-        self.device = device
+        self.device, self.done = device, threading.Event()
 
     def __enter__(self):
         if self.device == 'cuda':
@@ -37,7 +37,6 @@ class PeakMemory:
             self.start = torch.cuda.memory_allocated() / 2**20
         else:
             self.start = self.peak = rss_bytes() / 2**20
-            self.done = threading.Event()
             self.thread = threading.Thread(target=self._watch, daemon=True)
             self.thread.start()
         return self
@@ -91,21 +90,17 @@ def main(argv=None) -> Dict:
     dtype = getattr(torch, args.bank_dtype)
     bank = random_features(args.bank, args.dim, dtype, device, gen)
     query = random_features(n, args.dim, torch.float32, device, gen)
-    bank_labels = torch.randint(
-        0, args.classes, (args.bank, ), generator=gen).to(device)
-    query_labels = torch.randint(
-        0, args.classes, (n, ), generator=gen).to(device)
+    bank_labels, query_labels = (
+        torch.randint(0, args.classes, (m, ), generator=gen).to(device)
+        for m in (args.bank, n))
     made_s = time.perf_counter() - start
     features_mib = (bank.numel() * bank.element_size() + query.numel() * 4)
 
     def sharded():
+        shards = (FeatureShard(f, y, torch.arange(len(f), device=device))
+                  for f, y in ((query, query_labels), (bank, bank_labels)))
         return sharded_weighted_knn_accuracy(
-            FeatureShard(query, query_labels, torch.arange(n, device=device)),
-            FeatureShard(bank, bank_labels,
-                         torch.arange(args.bank, device=device)),
-            args.classes,
-            args.topk,
-            distributed=False)
+            *shards, args.classes, args.topk, distributed=False)
 
     def baseline():
         """The whole memory cast to float32, the similarities per k."""
@@ -129,11 +124,10 @@ def main(argv=None) -> Dict:
             result['sharded']['seconds'] * args.project_queries / n, 1)
     if args.baseline:
         result['baseline'] = timed(baseline, n, device)
-    cfg = result['config']
-    print(f"\n{result['machine']}; memory {cfg['bank']} x {cfg['dim']} "
-          f"{cfg['bank_dtype']} ({result['features_mib']:.0f} MiB with the "
-          f"queries), {n} queries, {cfg['classes']} classes, "
-          f"k {cfg['topk']}, device {device}")
+    print(f"\n{result['machine']}; memory {args.bank} x {args.dim} "
+          f"{args.bank_dtype} ({result['features_mib']:.0f} MiB with the "
+          f"queries), {n} queries, {args.classes} classes, "
+          f"k {args.topk}, device {device}")
     print('| computation | s | queries/s | peak memory above the features, '
           'MiB | projected s |\n|---|---|---|---|---|')
     for name in ('sharded', 'baseline'):

@@ -15,8 +15,7 @@ from mocoplug.engine.optimizers import MoCoV3LARS
 from mocoplug.models import MoCoProjectionNeck
 from .common import machine, parser, round_robin_ms
 
-# configs/mocov3/mocov3_r50_8xb512-amp-coslr-100e_in1k.py
-HYPER = dict(lr=9.6, momentum=0.9, weight_decay=1e-6)
+HYPER = dict(lr=9.6, momentum=0.9, weight_decay=1e-6)  # configs/mocov3 R50
 
 
 def params_with_grads(device: str) -> List[nn.Parameter]:
@@ -42,12 +41,10 @@ def params_with_grads(device: str) -> List[nn.Parameter]:
 
 def mmpretrain_lars(params) -> torch.optim.Optimizer:
     """mmpretrain's LARS, 1-D parameters excluded (as its constructor)."""
+    flat = [p for p in params if p.ndim <= 1]
     return LARS([
         dict(params=[p for p in params if p.ndim > 1]),
-        dict(
-            params=[p for p in params if p.ndim <= 1],
-            weight_decay=0.,
-            lars_exclude=True)
+        dict(params=flat, weight_decay=0., lars_exclude=True)
     ], **HYPER)
 
 
@@ -78,19 +75,14 @@ def main(argv=None):
         name: build(params_with_grads(args.device))
         for name, build in IMPLEMENTATIONS.items()
     }
-    times = round_robin_ms({
-        name: opt.step
-        for name, opt in optimizers.items()
-    }, args.device, args.repeats)
-    results = {
-        name: (statistics.median(times[name]),
-               host_syncs(opt.step) if args.device == 'cuda' else None)
-        for name, opt in optimizers.items()
-    }
-    params = [
-        p for group in optimizers["mmpretrain's LARS"].param_groups
-        for p in group['params']
-    ]
+    steps = {name: opt.step for name, opt in optimizers.items()}
+    times = round_robin_ms(steps, args.device, args.repeats)
+    results = {}
+    for name, opt in optimizers.items():
+        syncs = host_syncs(opt.step) if args.device == 'cuda' else None
+        results[name] = statistics.median(times[name]), syncs
+    groups = optimizers["mmpretrain's LARS"].param_groups
+    params = [p for group in groups for p in group['params']]
     n = sum(p.numel() for p in params)
     adapted = sum(p.ndim > 1 for p in params)
     print(f'one LARS step on MoCo v3 R50 + projector + predictor '

@@ -5,16 +5,17 @@ iteration of a config, a line fitted after ``--warmup`` (FLAT: <= 1 MiB per
 import math
 import os
 import os.path as osp
+import runpy
 import tempfile
 import time
+from contextlib import suppress
 
 import numpy as np
 from mmengine.config import Config, DictAction
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 
-from .common import (DIGITS, load_average, parser, rss_bytes, tool_module,
-                     write_json)
+from .common import DIGITS, ROOT, load_average, parser, rss_bytes, write_json
 
 MIB = 1024 * 1024
 MAX_SLOPE = 1.0  # MiB per 100 iterations
@@ -25,10 +26,8 @@ def total_rss() -> int:
     pid, total = os.getpid(), rss_bytes()
     path = f'/proc/{pid}/task/{pid}/children'
     for child in open(path).read().split() if osp.exists(path) else []:
-        try:
+        with suppress(FileNotFoundError, ProcessLookupError):
             total += rss_bytes(child)
-        except (FileNotFoundError, ProcessLookupError):
-            pass
     return total
 
 
@@ -38,8 +37,7 @@ class RSSRecorder(Hook):
     priority = 'LOWEST'
 
     def __init__(self, max_iters: int) -> None:
-        self.max_iters = max_iters
-        self.samples = []
+        self.max_iters, self.samples = max_iters, []
 
     def before_train(self, runner) -> None:
         self.start_rss = total_rss()
@@ -57,10 +55,9 @@ def main(argv=None) -> float:
     p.add_argument('--cfg-options', nargs='+', action=DictAction)
     args = p.parse_args(argv)
     work_dir = tempfile.mkdtemp(prefix='benchmark_memory_')
-    train_tool = tool_module('train')  # tools/train.py's config merging
-    cfg = train_tool.merge_args(
-        Config.fromfile(args.config),
-        train_tool.parse_args([args.config, '--work-dir', work_dir]))
+    tool = runpy.run_path(osp.join(ROOT, 'tools', 'train.py'))
+    train_args = tool['parse_args']([args.config, '--work-dir', work_dir])
+    cfg = tool['merge_args'](Config.fromfile(args.config), train_args)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     cfg.log_level = 'WARNING'
@@ -76,7 +73,6 @@ def main(argv=None) -> float:
     start = time.perf_counter()
     runner.train()
     seconds = time.perf_counter() - start
-
     samples = recorder.samples
     by_iter = dict(samples)
     warm = min(by_iter, key=lambda i: abs(i - args.warmup))
@@ -84,7 +80,6 @@ def main(argv=None) -> float:
                      dtype=np.float64).reshape(-1, 2)
     if len(after) < 2:
         raise ValueError(f'--warmup {args.warmup} leaves fewer than 2 samples')
-    # least squares, MiB per 100 iterations
     slope = float(np.polyfit(after[:, 0], after[:, 1] / MIB, 1)[0] * 100)
     last = samples[-1][0]
     print(f'config: {osp.relpath(args.config)}')

@@ -27,9 +27,8 @@ class Pair(nn.Module):
 
 
 def main(argv=None) -> tuple:
-    args = parser(
-        __doc__, 'momentum-update', out=None, depth=50,
-        repeats=20).parse_args(argv)
+    p = parser(__doc__, 'momentum-update', out=None, depth=50, repeats=20)
+    args = p.parse_args(argv)
     pair = Pair(args.depth).to(args.device)
     hook = MomentumUpdateHook(momentum=0.999)
     hook.attach(pair)

@@ -10,6 +10,8 @@ import statistics
 import tempfile
 import time
 import warnings
+from contextlib import suppress
+from functools import partial
 from typing import Callable, Dict, List
 
 import cv2
@@ -22,6 +24,7 @@ import torchvision.transforms as T
 from mmengine.config import Config
 from mmengine.dataset import Compose
 from mmengine.registry import DefaultScope
+from mmengine.runner import set_random_seed
 from PIL import Image, ImageFilter
 
 import mocoplug  # noqa: F401  (registers the transforms, patches mmcv)
@@ -33,7 +36,6 @@ MMPRETRAIN_BASE = osp.join(
     osp.dirname(mmpretrain.__file__), '.mim', 'configs', '_base_', 'datasets',
     'imagenet_bs32_mocov2.py')
 V2 = osp.join(CONFIGS, 'mocov2/mocov2_r50_8xb32-coslr-200e_in1k')
-# ImageNet's most common sizes (width x height)
 SIZES = [(500, 375), (375, 500), (500, 333), (500, 400), (500, 500),
          (400, 500), (500, 332), (333, 500)]
 
@@ -87,15 +89,10 @@ def pil_loader(data: bytes) -> Image.Image:
 def decoders() -> Dict[str, Callable]:
     """mmcv's imdecode backends available here (BGR output)."""
     found = ['cv2', 'pillow']
-    try:
+    with suppress(Exception):  # not installed, or its library is missing
         import turbojpeg  # noqa: F401
         found.append('turbojpeg')
-    except Exception:  # not installed, or its shared library is missing
-        pass
-    return {
-        name: lambda b, name=name: mmcv.imfrombytes(b, backend=name)
-        for name in found
-    }
+    return {name: partial(mmcv.imfrombytes, backend=name) for name in found}
 
 
 def train_pipeline(config: str) -> List[dict]:
@@ -114,7 +111,6 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
-
     tmp = tempfile.TemporaryDirectory()
     if args.data_dir:
         paths = sorted(
@@ -125,7 +121,6 @@ def main(argv=None):
     else:
         paths = make_images(tmp.name, args.num_images)
     blobs = [open(p, 'rb').read() for p in paths]
-
     ours_cfg = train_pipeline(args.config)
     if ours_cfg[0]['type'] != 'LoadImageFromFile':
         raise SystemExit(f'{args.config}: the train pipeline should start '
@@ -145,20 +140,14 @@ def main(argv=None):
     official = official_views()
     decoded_bgr = {name: [fn(b) for b in blobs] for name, fn in decode.items()}
     decoded_pil = [pil_loader(b) for b in blobs]
-
-    # name -> function of the image index; all run on every image per round
-    stages = {
-        f'decode/{n}': lambda i, fn=fn: fn(blobs[i])
-        for n, fn in decode.items()
-    }
+    stages = dict((f'decode/{name}', lambda i, fn=fn: fn(blobs[i]))
+                  for name, fn in decode.items())
     stages['decode/PIL'] = lambda i: np.asarray(pil_loader(blobs[i]))
     for name, (full, views) in pipelines.items():
         stages[f'augment/{name}'] = lambda i, v=views, b=backends[name]: v(
             dict(img=decoded_bgr[b][i].copy(), sample_idx=i))
         stages[f'full/{name}'] = lambda i, f=full: f(
             dict(img_path=paths[i], sample_idx=i))
-    # decoding on the device: the worker reads the file and its header
-    # ("decode" column) and draws the crop boxes ("augment")
     stages['decode/header'] = lambda i: read_bytes(dict(img_path=paths[i]))
     stages['augment/device-decode'] = lambda i: draw_boxes(
         dict(headers[i], sample_idx=i))
@@ -167,34 +156,23 @@ def main(argv=None):
     stages['augment/official'] = lambda i: official(decoded_pil[i])
     stages['full/official'] = lambda i: official(
         pil_loader(open(paths[i], 'rb').read()))
-
     load_before = load_average()
-    cpu_times = {name: [] for name in stages}
-    wall_times = {name: [] for name in stages}
-    names = list(stages)
+    cpu_times, wall_times = ({name: [] for name in stages} for _ in range(2))
+    names, n = list(stages), len(paths)
     for r in range(args.rounds + 1):  # round 0 warms up
         for name in names[r % len(names):] + names[:r % len(names)]:
-            random.seed(r)
-            np.random.seed(r)
-            torch.manual_seed(r)
+            set_random_seed(r)
             cpu, wall = time.process_time(), time.perf_counter()
-            for i in range(len(paths)):
+            for i in range(n):
                 stages[name](i)
             if r:
-                n = len(paths)
                 cpu_times[name].append((time.process_time() - cpu) / n)
                 wall_times[name].append((time.perf_counter() - wall) / n)
     load_after = load_average()
-
-    # CPU time of this single-threaded process: what one worker costs on a
-    # core of its own, little disturbed by other processes on the cores
-    def median(times):
-        return {
-            n: round(statistics.median(t) * 1000, 3)
-            for n, t in times.items()
-        }
-
-    ms, wall_ms = median(cpu_times), median(wall_times)
+    ms, wall_ms = ({
+        name: round(statistics.median(t) * 1000, 3)
+        for name, t in times.items()
+    } for times in (cpu_times, wall_times))
     rows = []
     for name in ('official', 'mmpretrain', 'mocoplug', 'device-aug',
                  'device-decode'):
@@ -211,7 +189,6 @@ def main(argv=None):
     for row in rows:
         for key, base in (('vs_official', rows[0]), ('vs_mocoplug', rows[2])):
             row[key] = round(row['images_per_s'] / base['images_per_s'], 2)
-
     sizes = sorted({Image.open(p).size for p in paths})
     kib = round(np.mean([len(b) for b in blobs]) / 1024, 1)
     print(f'{len(paths)} JPEGs ({len(sizes)} sizes, e.g. '
@@ -230,21 +207,18 @@ def main(argv=None):
           'images/s = 1000 / full):\n')
     print('| pipeline | decoder | decode | augment (2 views) | full, from '
           'file | images/s per worker | vs official | vs mocoplug | full, '
-          'wall ms |')
-    print('|---|---|---|---|---|---|---|---|---|')
+          'wall ms |\n|---|---|---|---|---|---|---|---|---|')
+    line = ('| {pipeline} | {decode_backend} | {decode_ms:.2f} | '
+            '{augment_ms:.2f} | {full_ms:.2f} | {images_per_s:.1f} | '
+            '{vs_official:.2f} | {vs_mocoplug:.2f} | {full_wall_ms:.2f} |')
     for row in rows:
-        print(f'| {row["pipeline"]} | {row["decode_backend"]} | '
-              f'{row["decode_ms"]:.2f} | {row["augment_ms"]:.2f} | '
-              f'{row["full_ms"]:.2f} | {row["images_per_s"]:.1f} | '
-              f'{row["vs_official"]:.2f} | {row["vs_mocoplug"]:.2f} | '
-              f'{row["full_wall_ms"]:.2f} |')
+        print(line.format(**row))
     print('\nofficial includes ToTensor + Normalize (float CHW); mmpretrain '
           'and mocoplug output uint8 CHW and normalise on the GPU. '
           'device-aug leaves colour jitter, grayscale and blur to the data '
           'preprocessor; device-decode (decoder "header": read the file, '
           'parse its header) leaves decoding and cropping too (their cost '
           'on the device: benchmark.py device-augment).')
-
     result = dict(
         config=osp.relpath(args.config),
         num_images=len(paths),

@@ -6,15 +6,14 @@ import copy
 import statistics
 import time
 from contextlib import nullcontext
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import MessageHub, MMLogger
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
-from mmpretrain.models.selfsup import MoCo as MMPretrainMoCo
-from mmpretrain.models.selfsup import MoCoV3 as MMPretrainMoCoV3
+from mmpretrain.models import selfsup as mmpretrain_selfsup
 from mmpretrain.structures import DataSample
 
 from mocoplug.engine.hooks import MomentumUpdateHook
@@ -22,15 +21,12 @@ from mocoplug.engine.optimizers import BF16OptimWrapper
 from mocoplug.models import MoCo, MoCoV3
 from mocoplug.models.utils.fused_info_nce import fused_info_nce
 from .common import (load_average, machine, markdown_table, parser, print_rows,
-                     round_robin_ms)
-from .common import synchronize as sync
-from .common import timed_ms, write_json
+                     round_robin_ms, synchronize, timed_ms, write_json)
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
 PREPROCESSOR = dict(mean=MEAN, std=STD, to_rgb=True)
 FEAT_DIM = dict(resnet18=512, resnet34=512, resnet50=2048, resnet101=2048)
-# (numerator, denominator) of the table's ratios, where both were timed
 RATIOS = [('ours', 'mmpretrain'), ('ours', 'floor'),
           ('ours_compiled', 'floor'), ('ours_compiled', 'floor_compiled'),
           ('ours_compiled', 'mmpretrain_compiled')]
@@ -55,59 +51,22 @@ def parse_args(argv=None):
         threads=None)  # torch.set_num_threads (CPU)
     p.add_argument('--backbone', default='resnet18', choices=FEAT_DIM)
     p.add_argument('--queue-size', type=int, nargs='+', default=[4096, 65536])
-    on_off = dict(choices=['on', 'off'], default='off')
-    # on: float16 (CUDA) / bfloat16 (CPU); bf16: bfloat16 on either
     p.add_argument('--amp', choices=['on', 'off', 'bf16'], default='off')
-    p.add_argument('--channels-last', **on_off)
-    # MoCo v1's step is v2's; shipped: the SGD each one's configs use
+    p.add_argument('--channels-last', choices=['on', 'off'], default='off')
     p.add_argument('--algos', nargs='+', choices=ALGOS, default=ALGOS[:1])
     p.add_argument('--optimizer', choices=OPTIMIZER_NOTE, default='shipped')
     p.add_argument('--breakdown', choices=['on', 'off'], default='on')
-    # adds each implementation compiled, as its users can: ours by
-    # compile_encoders (MoCoRunner's compile), the floor's modules alike,
-    # mmpretrain's train_step (what mmengine's compile=True wraps)
     p.add_argument('--compile', default=None, help="torch.compile's mode")
     p.add_argument('--compile-backend', default='inductor')
     return p.parse_args(argv)
 
 
-def resnet(args) -> dict:
-    return dict(type='ResNet', depth=int(args.backbone[6:]), out_indices=(3, ))
-
-
-def build_mocov2(args, size: int):
-    """Ours and mmpretrain's MoCo v2 with the same weights and queue."""
-    feat, tau = FEAT_DIM[args.backbone], 0.2
-    neck = dict(in_channels=feat, hid_channels=feat, out_channels=128)
-    ours = MoCo(
-        backbone=resnet(args),
-        neck=dict(type='MoCoProjectionNeck', **neck),
-        head=dict(type='InfoNCEHead', temperature=tau),
-        queue=dict(type='NegativeKeyQueue', size=size, dim=128),
-        shuffle_bn='none',
-        data_preprocessor=PREPROCESSOR,
-        channels_last=args.channels_last == 'on')
-    ours.init_weights()
-    theirs = MMPretrainMoCo(
-        backbone=resnet(args),
-        neck=dict(type='MoCoV2Neck', **neck),
-        head=dict(
-            type='ContrastiveHead',
-            loss=dict(type='CrossEntropyLoss'),
-            temperature=tau),
-        queue_len=size,
-        feat_dim=128,
-        momentum=0.001,  # mmpretrain's 1 - m
-        data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR))
-    theirs.backbone.load_state_dict(ours.backbone.state_dict())
-    copy_state(ours.neck, theirs.neck)
-    theirs.queue.copy_(ours.queue().t())
-    return ours, theirs, 0.999, tau
-
-
-def build_mocov3(args):
-    """Ours and mmpretrain's MoCo v3 (ResNet recipe) with the same weights."""
-    feat = FEAT_DIM[args.backbone]
+def build_models(args, algo: str, size: Optional[int]):
+    """Ours, mmpretrain's and the floor's MoCo v2 (queue ``size``) or v3
+    (ResNet recipe) with the same weights and queue; the momentum."""
+    feat, v3 = FEAT_DIM[args.backbone], algo == 'mocov3'
+    resnet = dict(
+        type='ResNet', depth=int(args.backbone[6:]), out_indices=(3, ))
 
     def mlp(ours, in_channels, last_bn, avg_pool):
         extra = dict(type='MoCoProjectionNeck', with_bn=True) if ours else \
@@ -124,29 +83,57 @@ def build_mocov3(args):
             with_avg_pool=avg_pool,
             **extra)
 
-    loss = dict(type='CrossEntropyLoss', loss_weight=2.0)
-    ours = MoCoV3(
-        backbone=resnet(args),
-        neck=mlp(True, feat, True, True),
-        predictor=mlp(True, 256, False, False),
-        head=dict(type='InfoNCEHead', temperature=1.0, loss=loss),
+    if v3:
+        momentum, tau = 0.99, 1.0
+        loss = dict(type='CrossEntropyLoss', loss_weight=2.0)
+        ours = dict(
+            neck=mlp(True, feat, True, True),
+            predictor=mlp(True, 256, False, False),
+            head=dict(type='InfoNCEHead', temperature=tau, loss=loss))
+        theirs = dict(
+            neck=mlp(False, feat, True, True),
+            head=dict(
+                type='MoCoV3Head',
+                predictor=mlp(False, 256, False, False),
+                loss=loss,
+                temperature=tau),
+            base_momentum=0.01)
+    else:
+        momentum, tau = 0.999, 0.2
+        neck = dict(in_channels=feat, hid_channels=feat, out_channels=128)
+        ours = dict(
+            neck=dict(type='MoCoProjectionNeck', **neck),
+            head=dict(type='InfoNCEHead', temperature=tau),
+            queue=dict(type='NegativeKeyQueue', size=size, dim=128),
+            shuffle_bn='none')
+        theirs = dict(
+            neck=dict(type='MoCoV2Neck', **neck),
+            head=dict(
+                type='ContrastiveHead',
+                loss=dict(type='CrossEntropyLoss'),
+                temperature=tau),
+            queue_len=size,
+            feat_dim=128,
+            momentum=0.001)  # mmpretrain's 1 - m
+    ours = (MoCoV3 if v3 else MoCo)(
+        backbone=dict(resnet),
         data_preprocessor=PREPROCESSOR,
-        channels_last=args.channels_last == 'on')
+        channels_last=args.channels_last == 'on',
+        **ours)
     ours.init_weights()
-    theirs = MMPretrainMoCoV3(
-        backbone=resnet(args),
-        neck=mlp(False, feat, True, True),
-        head=dict(
-            type='MoCoV3Head',
-            predictor=mlp(False, 256, False, False),
-            loss=loss,
-            temperature=1.0),
-        base_momentum=0.01,
-        data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR))
+    theirs = (mmpretrain_selfsup.MoCoV3 if v3 else mmpretrain_selfsup.MoCo)(
+        backbone=dict(resnet),
+        data_preprocessor=dict(type='SelfSupDataPreprocessor', **PREPROCESSOR),
+        **theirs)
     theirs.backbone.load_state_dict(ours.backbone.state_dict())
     copy_state(ours.neck, theirs.neck)
-    copy_state(ours.predictor, theirs.head.predictor)
-    return ours, theirs, 0.99, 1.0
+    if v3:
+        copy_state(ours.predictor, theirs.head.predictor)
+        floor = FloorMoCoV3(ours, args, tau, momentum)
+    else:
+        theirs.queue.copy_(ours.queue().t())
+        floor = FloorMoCo(ours, args, tau, momentum)
+    return ours, theirs, floor, momentum
 
 
 def copy_state(src: nn.Module, dst: nn.Module) -> None:
@@ -161,11 +148,9 @@ def sgd(params, impl: str, args) -> torch.optim.Optimizer:
     """SGD with the kernel ``--optimizer`` gives ``impl``."""
     fused = impl != 'mmpretrain' if args.optimizer == 'shipped' else \
         args.optimizer == 'fused'
-    return torch.optim.SGD([p for p in params if p.requires_grad],
-                           lr=0.03,
-                           momentum=0.9,
-                           weight_decay=1e-4,
-                           fused=fused or None)
+    params = [p for p in params if p.requires_grad]
+    return torch.optim.SGD(
+        params, lr=0.03, momentum=0.9, weight_decay=1e-4, fused=fused or None)
 
 
 def optim_wrapper(model: nn.Module, args, impl: str) -> OptimWrapper:
@@ -183,9 +168,8 @@ class FloorMoCo(nn.Module):
         self.backbone = copy.deepcopy(ours.backbone)
         self.neck = copy.deepcopy(ours.neck)
         self.predictor = copy.deepcopy(getattr(ours, 'predictor', None))
-        self.key_encoder = nn.Sequential(
-            copy.deepcopy(ours.backbone), copy.deepcopy(ours.neck))
-        self.key_encoder.requires_grad_(False)
+        self.key_encoder = copy.deepcopy(
+            nn.Sequential(ours.backbone, ours.neck)).requires_grad_(False)
         self.tau, self.momentum = tau, momentum
         self.optimizer = sgd(self.parameters(), 'floor', args)
         self.online = [*self.backbone.parameters(), *self.neck.parameters()]
@@ -203,9 +187,8 @@ class FloorMoCo(nn.Module):
         """Autocast as the optim wrappers do (bfloat16 on the CPU)."""
         if not self.amp:
             return nullcontext()
-        return torch.autocast(
-            self.device,
-            dtype=torch.float16 if self.scaler is not None else torch.bfloat16)
+        dtype = torch.float16 if self.scaler is not None else torch.bfloat16
+        return torch.autocast(self.device, dtype=dtype)
 
     def update(self, loss: torch.Tensor) -> None:
         """Backward, optimizer step and momentum update."""
@@ -274,25 +257,18 @@ def step_functions(args, algo: str, size: int) -> Dict[str, Callable]:
     """One training-step function (with ``.model``) per implementation."""
     torch.manual_seed(SEED)
     if algo == 'mocov3':
-        # mmpretrain's MoCoV3 reads the cosine schedule's length from here
         MessageHub.get_current_instance().update_info('max_iters', 10**6)
-        ours, theirs, momentum, tau = build_mocov3(args)
-        floor = FloorMoCoV3(ours, args, tau, momentum)
-    else:
-        ours, theirs, momentum, tau = build_mocov2(args, size)
-        floor = FloorMoCo(ours, args, tau, momentum)
+    ours, theirs, floor, momentum = build_models(args, algo, size)
     channels_last = args.channels_last == 'on'
-    if channels_last:
-        theirs.to(memory_format=torch.channels_last)
-        floor.to(memory_format=torch.channels_last)
     for module in (ours, theirs, floor):
+        if channels_last and module is not ours:
+            module.to(memory_format=torch.channels_last)
         module.to(args.device).train()
     hook = MomentumUpdateHook(momentum=momentum)
     hook.attach(ours)
-    wrappers = {
-        impl: optim_wrapper(m, args, impl)
-        for impl, m in (('ours', ours), ('mmpretrain', theirs))
-    }
+    wrappers = dict(
+        ours=optim_wrapper(ours, args, 'ours'),
+        mmpretrain=optim_wrapper(theirs, args, 'mmpretrain'))
     samples = [
         DataSample(metainfo=dict(sample_idx=i)) for i in range(args.batch)
     ]
@@ -349,7 +325,7 @@ def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
         marks = []
 
         def mark(name):
-            sync(args.device)
+            synchronize(args.device)
             marks.append((name, time.perf_counter()))
 
         mark('start')
@@ -392,7 +368,6 @@ def breakdown(ours_bundle, batches, args) -> Dict[str, float]:
 
 def main(argv=None):
     args = parse_args(argv)
-    # init_weights() logs one INFO block per parameter: keep the table legible
     MMLogger.get_instance('mocoplug_benchmark', log_level='WARNING')
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -400,7 +375,7 @@ def main(argv=None):
     runs = []
     for algo in args.algos:
         for size in [None] if algo == 'mocov3' else args.queue_size:
-            funcs, ours_bundle = step_functions(args, algo, size)
+            funcs, bundle = step_functions(args, algo, size)
             compiled = compiled_step_functions(args, algo,
                                                size) if args.compile else {}
             funcs.update((n, f) for n, f in compiled.items() if f.first_ms)
@@ -414,11 +389,8 @@ def main(argv=None):
                     name: dict(median_ms=statistics.median(t), all_ms=t)
                     for name, t in times.items()
                 },
-                # compiling and running the first step
                 first_step_ms=dict(
                     (n, f.first_ms) for n, f in compiled.items()),
-                # the median of the per-round ratios: steadier than the
-                # ratio of the medians when the machine's load drifts
                 paired_ratio={
                     f'{a}/{b}':
                     statistics.median(
@@ -426,8 +398,7 @@ def main(argv=None):
                     for a, b in RATIOS if a in times and b in times
                 })
             if args.breakdown == 'on' and algo != 'mocov3':
-                run['breakdown_ours_ms'] = breakdown(ours_bundle, batches,
-                                                     args)
+                run['breakdown_ours_ms'] = breakdown(bundle, batches, args)
                 print_breakdown(run)
             runs.append(run)
     print_table(runs, args, start_machine)

@@ -16,14 +16,10 @@ def antialiased_resized_crop(image: torch.Tensor,
     image, resized to ``size`` (h, w) as PIL's ``mode`` filter (2 levels)."""
     top, left, height, width = (int(v) for v in box)
     crop = image[None, :, top:top + height, left:left + width]
+    kwargs = dict(size=size, mode=mode, antialias=True, align_corners=False)
     if crop.device.type == 'cpu' and crop.dtype == torch.uint8:
-        out = F.interpolate(
-            crop, size=size, mode=mode, antialias=True, align_corners=False)
+        out = F.interpolate(crop, **kwargs)
     else:
-        out = F.interpolate(
-            crop.float(),
-            size=size,
-            mode=mode,
-            antialias=True,
-            align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
+        out = F.interpolate(crop.float(), **kwargs)
+        out = out.round_().clamp_(0, 255).to(torch.uint8)
     return out[0].contiguous()

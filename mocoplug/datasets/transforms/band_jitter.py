@@ -15,12 +15,10 @@ class BandJitter(BaseTransform):
     Learning in Earth Observation", 2022) applies them to 13 Sentinel-2
     bands: with probability ``prob``, the image times a factor drawn from
     [1 - brightness, 1 + brightness], then every band moved from its own
-    mean by a factor drawn from [1 - contrast, 1 + contrast]. ColorJitter's
-    saturation and hue are RGB operations without a counterpart here.
+    mean by a factor drawn from [1 - contrast, 1 + contrast].
 
     Required keys: ``img`` (H x W x bands). Modified keys: ``img`` (float32
-    whether jittered or not, so that views collate; not clipped: no 8-bit
-    range is assumed).
+    whether jittered or not, not clipped).
     """
 
     def __init__(self,
@@ -30,16 +28,14 @@ class BandJitter(BaseTransform):
         self.brightness, self.contrast, self.prob = brightness, contrast, prob
 
     def transform(self, results: Dict) -> Dict:
-        img = results['img'].astype(np.float32)  # one dtype, drawn or not
-        if np.random.rand() >= self.prob:
-            results['img'] = img
-            return results
-        img *= np.random.uniform(
-            max(0., 1 - self.brightness), 1 + self.brightness)
-        mean = img.mean(axis=(0, 1), keepdims=True)
-        factor = np.random.uniform(
-            max(0., 1 - self.contrast), 1 + self.contrast)
-        results['img'] = (img - mean) * np.float32(factor) + mean
+        img = results['img'].astype(np.float32)
+        if np.random.rand() < self.prob:
+            b, c = self.brightness, self.contrast
+            img *= np.random.uniform(max(0., 1 - b), 1 + b)
+            mean = img.mean(axis=(0, 1), keepdims=True)
+            factor = np.random.uniform(max(0., 1 - c), 1 + c)
+            img = (img - mean) * np.float32(factor) + mean
+        results['img'] = img
         return results
 
     def __repr__(self) -> str:

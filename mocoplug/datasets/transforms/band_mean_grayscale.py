@@ -11,11 +11,10 @@ from mocoplug.registry import TRANSFORMS
 class BandMeanGrayscale(BaseTransform):
     """Grayscale for any number of bands: with probability ``prob`` every
     band becomes the mean of the bands, as SSL4EO-S12's MoCo v2 recipe
-    (Wang et al., 2022) does for 13 Sentinel-2 bands; ``RandomGrayscale``'s
-    luma weights hold for RGB only.
+    (Wang et al., 2022) does for 13 Sentinel-2 bands.
 
     Required keys: ``img`` (H x W x bands). Modified keys: ``img`` (float32,
-    drawn or not, so that views collate).
+    drawn or not).
     """
 
     def __init__(self, prob: float = 0.2) -> None:

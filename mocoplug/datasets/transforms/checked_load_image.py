@@ -1,7 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import logging
 import sys
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from mmcv.transforms import LoadImageFromFile
 from mmengine.dataset import BaseDataset
@@ -41,11 +41,9 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
                 'CheckedLoadImageFromFile: max_unreadable_ratio must be in '
                 f'[0, 1), got {max_unreadable_ratio}')
         super().__init__(**kwargs)
-        self.skip_unreadable = skip_unreadable
+        self.skip_unreadable, self.min_attempts = skip_unreadable, min_attempts
         self.max_unreadable_ratio = max_unreadable_ratio
-        self.min_attempts = min_attempts
-        self.num_attempts = 0
-        self.unreadable: List[str] = []
+        self.num_attempts, self.unreadable = 0, []
 
     def transform(self, results: dict) -> Optional[dict]:
         filename = results['img_path']
@@ -55,9 +53,7 @@ class CheckedLoadImageFromFile(LoadImageFromFile):
                                self.color_type, self.backend_args)
         except UnreadableImageError as e:
             return self._unreadable(filename, str(e))
-        if self.to_float32:
-            img = img.astype('float32')
-        results['img'] = img
+        results['img'] = img.astype('float32') if self.to_float32 else img
         results['img_shape'] = results['ori_shape'] = img.shape[:2]
         return results
 

@@ -45,21 +45,16 @@ class CropBoxMultiView(BaseTransform):
 
     def __init__(self, transforms: List[List[dict]],
                  num_views: Union[int, List[int]]) -> None:
-        self.views = repeat_per_view(
-            'CropBoxMultiView', [_single_view_geometry(p) for p in transforms],
-            num_views)
+        views = [_single_view_geometry(p) for p in transforms]
+        self.views = repeat_per_view('CropBoxMultiView', views, num_views)
 
     def transform(self, results: dict) -> dict:
-        height, width = results['img_shape'][:2]
-        # rand_crop_params reads only the shape of the image
-        shape_only = np.empty((height, width, 0), dtype=np.uint8)
-        boxes, flips = [], []
-        for crop, flip in self.views:
-            boxes.append(crop.rand_crop_params(shape_only))
-            flips.append(flip is not None
-                         and flip._choose_direction() == 'horizontal')
-        results['crop_boxes'] = np.array(boxes, dtype=np.int64)
-        results['flips'] = np.array(flips, dtype=bool)
+        shape_only = np.empty((*results['img_shape'][:2], 0), dtype=np.uint8)
+        draws = [(crop.rand_crop_params(shape_only), flip is not None
+                  and flip._choose_direction() == 'horizontal')
+                 for crop, flip in self.views]
+        results['crop_boxes'] = np.array([b for b, _ in draws], dtype=np.int64)
+        results['flips'] = np.array([f for _, f in draws], dtype=bool)
         return results
 
     def __repr__(self) -> str:

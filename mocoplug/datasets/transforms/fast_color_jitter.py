@@ -52,7 +52,6 @@ class FastColorJitter(ColorJitter):
             raise ValueError(
                 'FastColorJitter needs a uint8 H x W x 3 BGR `img`, got '
                 f'dtype {img.dtype} and shape {img.shape}')
-        # the same draws, in the same order, as mmpretrain's ColorJitter
         order, brightness, contrast, saturation, hue = self._rand_params()
         image = Image.fromarray(np.ascontiguousarray(img[..., ::-1]), 'RGB')
         for index in order:

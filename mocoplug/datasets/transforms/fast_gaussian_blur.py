@@ -16,14 +16,12 @@ def kernel_size(sigma: float) -> int:
 @TRANSFORMS.register_module()
 class FastGaussianBlur(GaussianBlur):
     """mmpretrain's ``GaussianBlur`` (same arguments and draws) with
-    OpenCV's separable Gaussian (std ``radius``, reflected borders) instead
-    of PIL's slow box passes (docs/design_notes.md#cpu-speed-choices).
+    OpenCV's separable Gaussian (std ``radius``, reflected borders).
 
     Required keys: ``img`` (H x W x C). Modified keys: ``img``.
     """
 
     def transform(self, results: Dict) -> Dict:
-        # the same draws, in the same order, as mmpretrain's GaussianBlur
         if self.random_disable():
             return results
         sigma = self.radius if self.radius is not None else \

@@ -48,17 +48,14 @@ class FixedRandomAffine(BaseTransform):
         if 'sample_idx' not in results:
             raise KeyError('FixedRandomAffine needs `sample_idx` in the '
                            'results (set by mmengine BaseDataset)')
-        p = self.params(results['sample_idx'])
-        img = results['img']
+        img, p = results['img'], self.params(results['sample_idx'])
         h, w = img.shape[:2]
         matrix = cv2.getRotationMatrix2D((w / 2 - 0.5, h / 2 - 0.5),
                                          p['angle'], p['scale'])
         matrix[:, 2] += p['shift'] * (w, h)
-        img = cv2.warpAffine(
-            img,
-            matrix, (w, h),
-            flags=cv2.INTER_LINEAR,
-            borderValue=(self.border_value, ) * 3).astype(np.float32)
+        border = (self.border_value, ) * 3  # bilinear (the default flags)
+        img = cv2.warpAffine(img, matrix, (w, h), borderValue=border)
+        img = img.astype(np.float32)
         img = (img - img.mean()) * p['contrast'] + img.mean()
         results['img'] = np.clip(img, 0, 255).astype(np.uint8)
         return results

@@ -46,10 +46,8 @@ class GeometricMultiView(MultiView):
         geometric = [split_view_pipeline(p)[0] for p in transforms]
         super().__init__(geometric, num_views)
         fast = [_crop_and_flip(p) for p in self.pipelines]
-        self.fast_views = None
-        if all(f is not None for f in fast):
-            self.fast_views = repeat_per_view('GeometricMultiView', fast,
-                                              self.num_views)
+        self.fast_views = None if any(f is None for f in fast) else \
+            repeat_per_view('GeometricMultiView', fast, self.num_views)
 
     def transform(self, results: dict) -> dict:
         img = results['img']
@@ -59,9 +57,8 @@ class GeometricMultiView(MultiView):
         image = torch.from_numpy(img).permute(2, 0, 1)  # a view, no copy
         views = []
         for crop, flip in self.fast_views:
-            box = crop.rand_crop_params(img)
-            height, width = crop.scale  # mmpretrain's scale is (h, w)
-            view = antialiased_resized_crop(image, box, (height, width),
+            box = crop.rand_crop_params(img)  # crop.scale is (h, w)
+            view = antialiased_resized_crop(image, box, tuple(crop.scale),
                                             TORCH_MODES[crop.interpolation])
             if flip is not None and flip._choose_direction() == 'horizontal':
                 view = view.flip(-1)

@@ -12,10 +12,8 @@ class PackEncodedViews(PackInputs):
     ``exif_orientation`` tensors (the required keys, ``img_bytes`` too)."""
 
     def transform(self, results: dict) -> dict:
-        missing = [
-            k for k in ('img_bytes', 'crop_boxes', 'flips', 'exif_orientation')
-            if k not in results
-        ]
+        keys = ('img_bytes', 'crop_boxes', 'flips', 'exif_orientation')
+        missing = [k for k in keys if k not in results]
         if missing:
             raise KeyError(
                 f'PackEncodedViews: {missing} missing; the pipeline should '

@@ -27,11 +27,9 @@ class ReseedWorkerPerEpoch(BaseTransform):
                  seed: int = 0,
                  rank: int = 0,
                  epoch: Optional[torch.Tensor] = None) -> None:
-        self.seed = int(seed)
-        self.rank = int(rank)
-        if epoch is None:
-            epoch = torch.full((), -1, dtype=torch.int64).share_memory_()
-        self.epoch = epoch
+        self.seed, self.rank = int(seed), int(rank)
+        self.epoch = torch.full((), -1, dtype=torch.int64).share_memory_() \
+            if epoch is None else epoch
         self._seeded_epoch: Optional[int] = None  # per process (worker)
 
     def set_epoch(self, epoch: int) -> None:
@@ -39,20 +37,15 @@ class ReseedWorkerPerEpoch(BaseTransform):
         self.epoch.fill_(int(epoch))
 
     def transform(self, results: dict) -> dict:
-        worker = get_worker_info()
-        if worker is None:
+        worker, epoch = get_worker_info(), int(self.epoch)
+        if worker is None or epoch == self._seeded_epoch:
             return results
-        epoch = int(self.epoch)
-        if epoch != self._seeded_epoch:
-            # epoch + 1: -1 (never announced) must stay a valid entropy word
-            entropy = [
-                self.seed & (2**64 - 1), epoch + 1, self.rank, worker.id
-            ]
-            words = np.random.SeedSequence(entropy).generate_state(4)
-            random.seed(int.from_bytes(words.tobytes(), 'little'))
-            np.random.seed(words)
-            torch.manual_seed(int(words[0]) | (int(words[1]) << 32))
-            self._seeded_epoch = epoch
+        entropy = [self.seed & (2**64 - 1), epoch + 1, self.rank, worker.id]
+        words = np.random.SeedSequence(entropy).generate_state(4)
+        random.seed(int.from_bytes(words.tobytes(), 'little'))
+        np.random.seed(words)
+        torch.manual_seed(int(words[0]) | (int(words[1]) << 32))
+        self._seeded_epoch = epoch
         return results
 
     def __repr__(self) -> str:

@@ -163,42 +163,33 @@ class ExactResumeHook(Hook):
     world size and :func:`kernel_settings`. On resume a checkpoint whose
     model tensors do not fit is refused; then the log says whether the
     continuation is bit-identical, or warns with each difference and its
-    fix.
-    """
+    fix."""
 
     # after LOW hooks (KNNMonitorHook), before CheckpointHook (VERY_LOW = 90)
     priority = 89
 
     def __init__(self) -> None:
-        self._pending: Optional[Dict[str, Any]] = None
-        self._snapshot: Optional[Dict[str, Any]] = None
-        self._seeder: Optional[ReseedWorkerPerEpoch] = None
+        self._pending = self._snapshot = self._seeder = None
         self._mode = 'epoch'
 
     def apply_pending(self) -> None:
         """Restore the pending snapshot, if any (both runs)."""
-        if self._pending is None:
-            return
-        missing = set_random_state(self._pending)
-        self._pending = None
-        if missing:
-            _warn(f'could not restore {", ".join(missing)}; {NOT_EXACT}.')
+        if self._pending is not None:
+            missing, self._pending = set_random_state(self._pending), None
+            if missing:
+                _warn(f'could not restore {", ".join(missing)}; {NOT_EXACT}.')
 
-    def _take_snapshot(self, runner: Runner, epoch: int, iteration: int,
-                       gather: bool) -> None:
+    def _take_snapshot(self, epoch: int, iteration: int, gather: bool) -> None:
         self._pending = state = get_random_state()
         ranks = all_gather_object(state) if gather else [state]
         self._snapshot = dict(epoch=epoch, iter=iteration, ranks=ranks)
 
     def before_train(self, runner: Runner) -> None:
         self._mode = _loop_kind(runner.train_loop)
-        if self._mode == 'epoch' and getattr(runner.train_loop.dataloader,
-                                             'num_workers', 0) > 0:
-            self._mode = 'epoch-workers'
-            self._install_seeder(runner)
-
-    def _install_seeder(self, runner: Runner) -> None:
-        loader = runner.train_loop.dataloader
+        loader = getattr(runner.train_loop, 'dataloader', None)
+        if self._mode != 'epoch' or getattr(loader, 'num_workers', 0) <= 0:
+            return
+        self._mode = 'epoch-workers'  # the seeder re-seeds the workers
         transforms = dataset_transforms(loader.dataset)
         if transforms is None:
             if getattr(loader, 'persistent_workers', False):
@@ -210,7 +201,6 @@ class ExactResumeHook(Hook):
         if not isinstance((transforms or [None])[0], ReseedWorkerPerEpoch):
             transforms.insert(0, ReseedWorkerPerEpoch())
         self._seeder = transforms[0]
-        # a seeder the config names holds the default seed and rank
         self._seeder.seed, self._seeder.rank = int(runner.seed), get_rank()
 
     def before_train_epoch(self, runner: Runner) -> None:
@@ -223,38 +213,24 @@ class ExactResumeHook(Hook):
             loop.dataloader_iterator = _apply_before_next(
                 loop.dataloader_iterator, self, skip=runner.iter)
 
-    def before_train_iter(self,
-                          runner: Runner,
-                          batch_idx: int,
-                          data_batch: Optional[dict] = None) -> None:
+    def before_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         if self._mode == 'epoch-workers':
             self.apply_pending()
 
-    def after_train_iter(self,
-                         runner: Runner,
-                         batch_idx: int,
-                         data_batch: Optional[dict] = None,
-                         outputs: Optional[dict] = None) -> None:
+    def after_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         if self._mode == 'iter' and checkpoint_due(runner, by_epoch=False):
-            self._take_snapshot(
-                runner, runner.epoch, runner.iter + 1, gather=True)
+            self._take_snapshot(runner.epoch, runner.iter + 1, gather=True)
 
     def after_train_epoch(self, runner: Runner) -> None:
         if self._mode in ('epoch', 'epoch-workers'):
-            # every epoch, so the streams do not depend on the interval
-            self._take_snapshot(
-                runner,
-                runner.epoch + 1,
-                runner.iter,
-                gather=checkpoint_due(runner, by_epoch=True))
+            self._take_snapshot(runner.epoch + 1, runner.iter,
+                                checkpoint_due(runner, by_epoch=True))
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        meta = checkpoint.get('meta', {})
+        meta, snapshot = checkpoint.get('meta', {}), self._snapshot or {}
         here = dict(epoch=meta.get('epoch'), iter=meta.get('iter'))
-        snapshot = self._snapshot or {}
-        ranks = snapshot.get('ranks')
-        if {k: snapshot.get(k) for k in here} != here:
-            ranks = None  # saved elsewhere (mid-epoch, another hook)
+        same = all(snapshot.get(k) == v for k, v in here.items())
+        ranks = snapshot.get('ranks') if same else None  # else saved elsewhere
         loader = runner.train_loop.dataloader
         seed = getattr(getattr(loader, 'sampler', None), 'seed', None)
         checkpoint[STATE_KEY] = dict(
@@ -269,15 +245,44 @@ class ExactResumeHook(Hook):
             ranks=ranks or [get_random_state()])  # else this rank's, now
 
     def after_load_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        # before the model is loaded, after hooks that edit it (EMAHook)
         if not getattr(runner, '_resume', False):  # load_from: no resume
             return check_load_from_fits(runner.model, checkpoint,
                                         runner._load_from)
         check_resume_fits(runner.model, checkpoint)  # DDP unwrapped there
-        problems = self._resume_problems(runner, checkpoint)
+        state = checkpoint.get(STATE_KEY)
+        if state is None:
+            return _warn('the checkpoint carries no random state (written '
+                         'without ExactResumeHook): the random streams are '
+                         f'not restored; {NOT_EXACT}.')
+        # what stops the streams continuing; the sampler seed restored first
+        loop, mode = runner.train_loop, _loop_kind(runner.train_loop)
+        saved_mode = state['loop'].split('-')[0]  # 'epoch-workers'
+        workers = int(getattr(loop.dataloader, 'num_workers', 0))
+        sampler = getattr(loop.dataloader, 'sampler', None)
+        saved_seed = state.get('sampler_seed')
+        seed = getattr(sampler, 'seed', saved_seed)
+        if mode == 'epoch' and saved_seed not in (None, seed):
+            sampler.seed = seed = saved_seed  # read afresh every epoch
+        problems = [
+            text for bad, text in
+            ((mode == 'other', f'{type(loop).__name__} is not supported (only '
+              'EpochBasedTrainLoop and IterBasedTrainLoop)'),
+             (mode not in ('other', saved_mode), 'the checkpoint was written '
+              f'by a {saved_mode}-based loop, this run is {mode}-based'),
+             (not state['exact'], 'the checkpoint was not taken at an epoch '
+              'end (use IterBasedTrainLoop for mid-epoch checkpoints) or not '
+              'all ranks\' states were gathered'),
+             (state['world_size'] != get_world_size(), 'it was written by '
+              f'{state["world_size"]} processes, this run has '
+              f'{get_world_size()}'),
+             (state['num_workers'] != workers, 'it was written with '
+              f'num_workers={state["num_workers"]}, this run has {workers}'),
+             (saved_seed not in (None, seed), f'the sampler seed {seed} '
+              f'differs from the checkpoint\'s {saved_seed} (set '
+              f'randomness.seed={saved_seed})')) if bad
+        ]
         if problems:
             return _warn('; '.join(problems) + f'; {NOT_EXACT}.')
-        state = checkpoint[STATE_KEY]
         now = kernel_settings(runner.cfg.get('compile'))
         self._pending, self._snapshot = state['ranks'][get_rank()], None
         rounding = rounding_differences(state.get('kernels'), now)
@@ -297,42 +302,4 @@ class ExactResumeHook(Hook):
         kernels = ', '.join(f'{k} {v}' for k, v in now.items())
         print_log(
             f'ExactResumeHook: {done}, under its kernel settings ({kernels}): '
-            'the continuation is bit-identical',
-            logger='current')
-
-    def _resume_problems(self, runner: Runner, checkpoint: dict) -> List[str]:
-        """Why this checkpoint's random streams cannot continue an
-        uninterrupted run's (empty when they can); restores the sampler seed
-        where it can."""
-        state = checkpoint.get(STATE_KEY)
-        if state is None:
-            return [
-                'the checkpoint carries no random state (written without '
-                'ExactResumeHook): the random streams are not restored'
-            ]
-        loop, mode = runner.train_loop, _loop_kind(runner.train_loop)
-        saved_mode = state['loop'].split('-')[0]  # 'epoch-workers'
-        workers = int(getattr(loop.dataloader, 'num_workers', 0))
-        sampler = getattr(loop.dataloader, 'sampler', None)
-        saved_seed = state.get('sampler_seed')
-        seed = getattr(sampler, 'seed', saved_seed)
-        if mode == 'epoch' and saved_seed not in (None, seed):
-            sampler.seed = seed = saved_seed  # read afresh every epoch
-        checks = [
-            (mode == 'other', f'{type(loop).__name__} is not supported (only '
-             'EpochBasedTrainLoop and IterBasedTrainLoop)'),
-            (mode not in ('other', saved_mode), 'the checkpoint was written '
-             f'by a {saved_mode}-based loop, this run is {mode}-based'),
-            (not state['exact'], 'the checkpoint was not taken at an epoch '
-             'end (use IterBasedTrainLoop for mid-epoch checkpoints) or not '
-             'all ranks\' states were gathered'),
-            (state['world_size'] != get_world_size(), 'it was written by '
-             f'{state["world_size"]} processes, this run has '
-             f'{get_world_size()}'),
-            (state['num_workers'] != workers, 'it was written with '
-             f'num_workers={state["num_workers"]}, this run has {workers}'),
-            (saved_seed not in (None, seed), f'the sampler seed {seed} '
-             f'differs from the checkpoint\'s {saved_seed} (set '
-             f'randomness.seed={saved_seed})'),
-        ]
-        return [text for bad, text in checks if bad]
+            'the continuation is bit-identical', 'current')

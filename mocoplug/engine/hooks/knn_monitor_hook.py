@@ -47,10 +47,8 @@ class KNNMonitorHook(Hook):
                              f'{interval}')
         self.memory_dataloader = memory_dataloader
         self.query_dataloader = query_dataloader
-        self.interval = interval
-        self.by_epoch = by_epoch
-        self.topk = tuple(topk)
-        self.temperature = temperature
+        self.interval, self.by_epoch = interval, by_epoch
+        self.topk, self.temperature = tuple(topk), temperature
         self.num_classes = num_classes
         self.last_metrics: Dict[str, float] = {}
 
@@ -89,11 +87,7 @@ class KNNMonitorHook(Hook):
                               or self.is_last_train_epoch(runner)):
             self.evaluate(runner, step=runner.iter)
 
-    def after_train_iter(self,
-                         runner: Runner,
-                         batch_idx: int,
-                         data_batch: Optional[dict] = None,
-                         outputs: Optional[dict] = None) -> None:
+    def after_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         if not self.by_epoch and (self.every_n_train_iters(
                 runner, self.interval) or self.is_last_train_iter(runner)):
             self.evaluate(runner, step=runner.iter + 1)

@@ -19,10 +19,15 @@ from torch.utils.data import BatchSampler, ConcatDataset, DataLoader
 from mocoplug.datasets import unwrap_dataset
 from mocoplug.registry import HOOKS
 from .momentum_update_hook import MomentumUpdateHook
-from .runner_info import (accumulative_counts, current_lrs, loader_batch_size,
-                          schedule_facts)
+from .runner_info import current_lrs, param_groups, schedule_facts, step_images
 
 EXCLUDE = 'model.queue.exclude_same_instance=True'
+#: Keys of every image the queue may hold (configs/mocov2/README.md).
+MAX_QUEUE_KEYS_PER_IMAGE = 4
+
+
+def _warn(message: str) -> None:
+    print_log(message, logger='current', level=logging.WARNING)
 
 
 def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
@@ -44,13 +49,10 @@ def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
             f'is smaller: set model.num_splits to at most {batch} (ideally '
             'a divisor of the batch size) or raise the batch size.')
     if batch % splits:
-        print_log(
-            f"MoCo: shuffle_bn='split' with train_dataloader.batch_size="
-            f'{batch} and model.num_splits={splits}: the slices are unequal '
-            'and normalised one by one (slower); a num_splits that divides '
-            'the batch size avoids it.',
-            logger='current',
-            level=logging.WARNING)
+        _warn(f"MoCo: shuffle_bn='split' with train_dataloader.batch_size="
+              f'{batch} and model.num_splits={splits}: the slices are '
+              'unequal and normalised one by one (slower); a num_splits that '
+              'divides the batch size avoids it.')
     drop_last = getattr(loader.batch_sampler, 'drop_last', loader.drop_last)
     if drop_last or isinstance(loader.sampler, InfiniteSampler):
         return
@@ -66,11 +68,6 @@ def check_split_batch(model: nn.Module, loader: DataLoader) -> None:
             f'(model.num_splits={splits}), so training would stop there: '
             'set train_dataloader.drop_last=True (as the MoCo configs do) '
             'or change the batch size or num_splits.')
-
-
-EQUAL_SHARES = ("sampler=dict(type='DefaultSampler', shuffle=True) (its "
-                'default round_up=True pads every share to the same size) '
-                "or dict(type='InfiniteSampler')")
 
 
 def gathers(model: nn.Module) -> List[str]:
@@ -91,10 +88,8 @@ def check_equal_batches(model: nn.Module, loader: DataLoader,
     """Processes whose batches the model gathers need equal batches (unequal
     ones hang NCCL): only a plain ``BatchSampler`` over ``DefaultSampler``
     (``round_up=True``), ``InfiniteSampler`` or ``RepeatAugSampler``."""
-    if world_size <= 1:
-        return
     reasons = gathers(model)
-    if not reasons:
+    if world_size <= 1 or not reasons:
         return
     why = (f'{type(model).__name__} on {world_size} processes gathers every '
            f"process's batch ({', '.join(reasons)}), which needs batches of "
@@ -118,24 +113,24 @@ def check_equal_batches(model: nn.Module, loader: DataLoader,
         raise ValueError(
             f'{why}, but train_dataloader.sampler is a '
             f'{type(sampler).__name__}, which is not known to give every '
-            f'process the same number of images: use {EQUAL_SHARES} in '
-            'train_dataloader.')
+            "process the same number of images: use sampler=dict(type="
+            "'DefaultSampler', shuffle=True) (its default round_up=True pads "
+            "every share to the same size) or dict(type='InfiniteSampler') "
+            'in train_dataloader.')
 
 
 def iter_transforms(obj, depth: int = 0) -> Iterator:
     """Every transform of a pipeline or list of transforms, nested ones
     (``Compose``, ``MultiView``, ``RandomApply``...) included."""
-    if isinstance(obj, (list, tuple)):
-        for child in obj:
-            yield from iter_transforms(child, depth)
-        return
-    yield obj
-    if depth > 8:
-        return
-    for attr in ('transforms', 'pipelines'):
-        children = getattr(obj, attr, None)
-        if children is not None:
-            yield from iter_transforms(children, depth + 1)
+    if not isinstance(obj, (list, tuple)):
+        yield obj
+        if depth > 8:
+            return
+        found = (
+            getattr(obj, attr, None) for attr in ('transforms', 'pipelines'))
+        obj, depth = [c for c in found if c is not None], depth + 1
+    for child in obj:
+        yield from iter_transforms(child, depth)
 
 
 def check_sample_idx(model: nn.Module, dataset) -> None:
@@ -166,9 +161,8 @@ def check_sample_idx(model: nn.Module, dataset) -> None:
     ]
     if not packs:
         print_log(
-            f"{EXCLUDE}: no PackInputs; 'sample_idx' is checked at the first "
-            'training step.',
-            logger='current')
+            f"{EXCLUDE}: no PackInputs; 'sample_idx' is checked at "
+            'the first training step.', 'current')
     for pack in packs:
         if 'sample_idx' not in pack.meta_keys:
             raise ValueError(
@@ -192,30 +186,12 @@ def warn_without_sync_bn(model: nn.Module, world_size: int) -> List[str]:
     if plain:
         shown = ', '.join(plain[:3]) + (f' and {len(plain) - 3} more'
                                         if len(plain) > 3 else '')
-        print_log(
-            f'MoCoV3 trains on {world_size} GPUs/processes with '
-            f'{len(plain)} BatchNorm layers that are not synchronised '
-            f'({shown}), while MoCo v3 uses SyncBN everywhere: set '
-            "norm_cfg=dict(type='SyncBN') in the backbone, neck and "
-            "predictor, or sync_bn='torch'.",
-            logger='current',
-            level=logging.WARNING)
+        _warn(f'MoCoV3 trains on {world_size} GPUs/processes with '
+              f'{len(plain)} BatchNorm layers that are not synchronised '
+              f'({shown}), while MoCo v3 uses SyncBN everywhere: set '
+              "norm_cfg=dict(type='SyncBN') in the backbone, neck and "
+              "predictor, or sync_bn='torch'.")
     return plain
-
-
-def check_momentum_hook(model: nn.Module, hooks: List[Hook]) -> None:
-    """A model with a momentum encoder needs ``MomentumUpdateHook``."""
-    if not any(isinstance(hook, MomentumUpdateHook) for hook in hooks):
-        raise ValueError(
-            f'{type(model).__name__} has a momentum (key) encoder but no '
-            'MomentumUpdateHook is registered, so it would stay frozen at '
-            'its initial weights. Add it to the config: custom_hooks = '
-            "[dict(type='MomentumUpdateHook', momentum=0.999)] (MoCo "
-            "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo v3).")
-
-
-#: Keys of every image the queue may hold (configs/mocov2/README.md).
-MAX_QUEUE_KEYS_PER_IMAGE = 4
 
 
 def warn_dataset_size(model: nn.Module,
@@ -245,7 +221,7 @@ def warn_dataset_size(model: nn.Module,
     facts.append(f'encoders from {source}' if source else 'from scratch')
     print_log('MoCo: ' + ', '.join(facts) + '.', logger='current')
     for warning in warnings:
-        print_log(warning, logger='current', level=logging.WARNING)
+        _warn(warning)
     return warnings
 
 
@@ -255,14 +231,12 @@ def warn_in_batch_negatives(model: nn.Module, counts: int, keys: int) -> bool:
     if type(model).__name__ != 'MoCoV3' or getattr(
             model, 'queue', None) is not None or counts <= 1:
         return False
-    print_log(
-        f'MoCoV3 with optim_wrapper.accumulative_counts={counts}: the '
-        f'in-batch negatives of each query are the {keys} keys of its '
-        f'micro-batch (processes x batch), not the {keys * counts} images of '
-        'an optimizer step; MoCo v3 relies on large batches of negatives: '
-        'raise the batch size or the number of processes instead.',
-        logger='current',
-        level=logging.WARNING)
+    _warn(f'MoCoV3 with optim_wrapper.accumulative_counts={counts}: the '
+          f'in-batch negatives of each query are the {keys} keys of its '
+          f'micro-batch (processes x batch), not the {keys * counts} images '
+          'of an optimizer step; MoCo v3 relies on large batches of '
+          'negatives: raise the batch size or the number of processes '
+          'instead.')
     return True
 
 
@@ -272,26 +246,22 @@ def warn_recipe_batch(runner: Runner) -> Optional[str]:
     the lr is not scaled to them: the detection configs are 8 x 2."""
     scale = runner.cfg.get('auto_scale_lr') or {}
     base = scale.get('base_batch_size')
-    loader = runner.train_dataloader
     world_size = get_world_size()
-    batch = loader_batch_size(loader)
-    images = world_size * batch * accumulative_counts(runner.optim_wrapper)
+    images, batch, _ = step_images(runner.train_dataloader,
+                                   runner.optim_wrapper, world_size)
     if not base or scale.get('enable', False) or images == base:
         return None
     ratio = images / base
-    wrappers = getattr(runner.optim_wrapper, 'optim_wrappers',
-                       {'': runner.optim_wrapper})
     lrs = dict.fromkeys(
-        group.get('initial_lr', group['lr']) for wrapper in wrappers.values()
-        for group in wrapper.optimizer.param_groups)
+        group.get('initial_lr', group['lr'])
+        for group in param_groups(runner.optim_wrapper))
     message = (
         f'this config is a recipe for {base} images an optimizer step '
         f'(auto_scale_lr.base_batch_size) and this run takes {images} '
         f'({world_size} process{"es" if world_size > 1 else ""} x batch '
         f'{batch}); the lr stays {", ".join(f"{x:g}" for x in lrs)}. The '
-        'linear scaling rule gives lr x '
-        f'{ratio:g}: pass --auto-scale-lr to tools/train.py (or set '
-        'auto_scale_lr.enable=True)')
+        f'linear scaling rule gives lr x {ratio:g}: pass --auto-scale-lr to '
+        'tools/train.py (or set auto_scale_lr.enable=True)')
     if isinstance(runner.train_loop, IterBasedTrainLoop):
         message += (
             f'; {runner.max_iters} iterations then cover {ratio:g} of the '
@@ -300,7 +270,7 @@ def warn_recipe_batch(runner: Runner) -> Optional[str]:
     if world_size == 1 and 'SyncBN' in str(runner.cfg.get('model')):
         message += (f'; on one process SyncBN is BN over the {batch} images '
                     'of a batch')
-    print_log(message + '.', logger='current', level=logging.WARNING)
+    _warn(message + '.')
     return message
 
 
@@ -327,16 +297,21 @@ class MoCoConfigCheckHook(Hook):
         model = get_ori_model(runner.model)
         if not hasattr(model, 'momentum_pairs'):  # not a MoCo model
             return
-        check_momentum_hook(model, runner.hooks)
-        loader = runner.train_dataloader
-        world_size = get_world_size()
+        if not any(isinstance(h, MomentumUpdateHook) for h in runner.hooks):
+            raise ValueError(
+                f'{type(model).__name__} has a momentum (key) encoder but no '
+                'MomentumUpdateHook is registered, so it would stay frozen at '
+                'its initial weights. Add it to the config: custom_hooks = '
+                "[dict(type='MomentumUpdateHook', momentum=0.999)] (MoCo "
+                "v1/v2), or with schedule='cosine', momentum=0.99 (MoCo v3).")
+        loader, world_size = runner.train_dataloader, get_world_size()
         check_equal_batches(model, loader, world_size)
         check_split_batch(model, loader)
         check_sample_idx(model, loader.dataset)
         warn_without_sync_bn(model, world_size)
-        warn_in_batch_negatives(model,
-                                accumulative_counts(runner.optim_wrapper),
-                                loader_batch_size(loader) * world_size)
+        images, _, counts = step_images(loader, runner.optim_wrapper,
+                                        world_size)
+        warn_in_batch_negatives(model, counts, images // counts)
         try:
             num_images = len(unwrap_dataset(loader.dataset))
         except TypeError:  # an iterable dataset without a length

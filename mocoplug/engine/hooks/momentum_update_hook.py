@@ -1,6 +1,5 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 import math
-from typing import List, Optional
 
 import torch
 from mmengine.hooks import Hook
@@ -8,6 +7,7 @@ from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 
 from mocoplug.registry import HOOKS
+from .runner_info import optim_wrappers
 
 SCHEDULES = ('constant', 'cosine')
 
@@ -53,13 +53,10 @@ class MomentumUpdateHook(Hook):
             if value > 1.0:
                 raise ValueError(
                     f'MomentumUpdateHook: {name}={value} must be <= 1.')
-        self.momentum = momentum
-        self.schedule = schedule
+        self.momentum, self.schedule = momentum, schedule
         self.end_momentum = end_momentum
-        self._online: List[torch.Tensor] = []
-        self._target: List[torch.Tensor] = []
-        self._attached = False
-        self.num_updates = 0
+        self._online, self._target = [], []
+        self._attached, self.num_updates = False, 0
 
     def momentum_at(self, step: int, max_steps: int) -> float:
         """The momentum m of the update that prepares step ``step``."""
@@ -80,18 +77,16 @@ class MomentumUpdateHook(Hook):
                 f'MomentumUpdateHook: {type(model).__name__} declares no '
                 'momentum_pairs(); remove the hook from custom_hooks.')
         online, target = [], []
-        for online_module, momentum_module in model.momentum_pairs():
-            src = list(online_module.parameters())
-            dst = list(momentum_module.parameters())
+        for module, twin in model.momentum_pairs():  # (online, momentum)
+            src, dst = list(module.parameters()), list(twin.parameters())
             if len(src) != len(dst) or any(a.shape != b.shape
                                            for a, b in zip(src, dst)):
                 raise RuntimeError(
                     'MomentumUpdateHook: a momentum module does not mirror '
-                    f'its online module ({type(online_module).__name__}).')
+                    f'its online module ({type(module).__name__}).')
             online += [p for p in src if p.is_floating_point()]
             target += [p for p in dst if p.is_floating_point()]
-        self._online, self._target = online, target
-        self._attached = True
+        self._online, self._target, self._attached = online, target, True
 
     @torch.no_grad()
     def update(self, momentum: float) -> None:
@@ -100,17 +95,10 @@ class MomentumUpdateHook(Hook):
             raise RuntimeError('MomentumUpdateHook.update() before attach()')
         if momentum < 1.0:
             torch._foreach_lerp_(self._target, self._online, 1.0 - momentum)
-        # the counters the model's missing-hook check reads: CUDA's foreach
-        # kernels do not bump them, and m = 1 (a frozen key encoder, an
-        # ablation) writes nothing but is an update all the same
         torch.autograd.graph.increment_version(self._target)
         self.num_updates += 1
 
-    def after_train_iter(self,
-                         runner: Runner,
-                         batch_idx: int,
-                         data_batch: Optional[dict] = None,
-                         outputs: Optional[dict] = None) -> None:
+    def after_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         if not _optimizer_stepped(runner.optim_wrapper):
             return
         momentum = self.momentum_at(runner.iter + 1, runner.max_iters)
@@ -120,8 +108,6 @@ class MomentumUpdateHook(Hook):
 
 def _optimizer_stepped(optim_wrapper) -> bool:
     """Whether the last ``update_params`` stepped (not accumulating)."""
-    wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
-    if wrappers is not None:  # OptimWrapperDict
-        return any(_optimizer_stepped(w) for w in wrappers.values())
-    should_update = getattr(optim_wrapper, 'should_update', None)
-    return should_update() if callable(should_update) else True
+    return any(
+        not callable(getattr(w, 'should_update', None)) or w.should_update()
+        for w in optim_wrappers(optim_wrapper))

@@ -36,17 +36,22 @@ class NonFiniteLossHook(Hook):
 
     def __init__(self, check_weights_before_save: bool = True) -> None:
         self.check_weights_before_save = check_weights_before_save
-        self.last_finite_loss: Optional[float] = None
-        self.last_finite_iter: Optional[int] = None
-        self._verified_iter: Optional[int] = None
+        self.last_finite_loss = self.last_finite_iter = None
+        self._verified_iter = None
 
     def after_train_iter(self,
                          runner: Runner,
                          batch_idx: int,
                          data_batch=None,
                          outputs: Optional[Dict] = None) -> None:
-        if outputs:
-            values = self._logged_losses(runner, outputs)
+        if outputs:  # as floats, from RuntimeInfoHook's hub: no host sync
+            logged = runner.message_hub.log_scalars
+            values = {
+                key:
+                float(logged[f'train/{key}'].current() if f'train/{key}' in
+                      logged else value)
+                for key, value in outputs.items() if 'loss' in key
+            }
             bad = {k: v for k, v in values.items() if not math.isfinite(v)}
             if mean_over_ranks([bool(bad)])[0]:  # stop every rank alike
                 raise NonFiniteLossError(
@@ -59,45 +64,27 @@ class NonFiniteLossHook(Hook):
             self._check_weights(runner, self._where(runner, batch_idx))
 
     def after_train_epoch(self, runner: Runner) -> None:
-        # here, as CheckpointHook deletes the oldest kept one before saving
         if self.check_weights_before_save and checkpoint_due(
                 runner, by_epoch=True):
-            # runner.iter counts the epoch's last iteration by now
             self._check_weights(
                 runner,
                 f'iteration {runner.iter} (end of epoch {runner.epoch + 1})')
 
     def before_save_checkpoint(self, runner: Runner, checkpoint: dict) -> None:
-        # saves no CheckpointHook announced (save_best...), unless checked;
-        # Runner.save_checkpoint runs on rank 0 alone: no collective here
         verified, self._verified_iter = self._verified_iter, None
         if self.check_weights_before_save and verified != runner.iter:
             self._check_weights(runner, f'iteration {runner.iter}',
                                 checkpoint.get('state_dict', {}))
-
-    @staticmethod
-    def _logged_losses(runner: Runner, outputs: Dict) -> Dict[str, float]:
-        """The loss terms of this iteration as floats, from the message hub
-        (RuntimeInfoHook's, no new host sync) or else the outputs."""
-        logged = runner.message_hub.log_scalars
-        values = {}
-        for key, value in outputs.items():
-            if 'loss' in key:
-                name = f'train/{key}'
-                values[key] = float(logged[name].current() if name in
-                                    logged else value)
-        return values
 
     def _loss_message(self, runner: Runner, batch_idx: int,
                       bad: Dict[str, float]) -> str:
         where = self._where(runner, batch_idx)
         terms = ', '.join(f'{k}={v}' for k, v in bad.items()) or \
             'a non-finite loss on another rank'
-        if self.last_finite_loss is None:
-            last = 'no finite loss was logged before (it diverged at once)'
-        else:
-            last = (f'the last finite loss was {self.last_finite_loss:.6g} '
-                    f'at iteration {self.last_finite_iter}')
+        last = 'no finite loss was logged before (it diverged at once)' if \
+            self.last_finite_loss is None else (
+                f'the last finite loss was {self.last_finite_loss:.6g} at '
+                f'iteration {self.last_finite_iter}')
         lr = current_lrs(runner) or 'lr unknown'
         return (f'NonFiniteLossHook: training diverged: {terms} at {where}; '
                 f'{last}; {lr}. The run is stopped before any checkpoint of '
@@ -120,16 +107,11 @@ class NonFiniteLossHook(Hook):
         return (f'the latest checkpoint is {last}'
                 if last else 'no checkpoint had been written in this run')
 
-    def _check_weights(
-            self,
-            runner: Runner,
-            where: str,
-            state: Optional[Dict[str, torch.Tensor]] = None) -> None:
+    def _check_weights(self, runner: Runner, where: str, state=None) -> None:
         """Raise if a floating-point tensor of ``state`` (by default the
         model's, decided over all ranks; a given ``state``, the one rank 0
-        saves, on this rank alone) is not finite (one host sync for all
-        tensors); a check before a CheckpointHook's save is not repeated at
-        the save."""
+        saves, on this rank alone) is not finite; a check before a
+        CheckpointHook's save is not repeated at the save."""
         agree = state is None
         if state is None:
             state = get_ori_model(runner.model).state_dict()

@@ -20,9 +20,8 @@ from .runner_info import loader_batch_size
 def refill_batches(loader: DataLoader, seed: int) -> Iterator:
     """Batches of ``loader``'s dataset, batch size, collate function and
     workers (not persistent) from their own ``InfiniteSampler`` (seeded
-    apart from the run's first epoch): the train loop's loader, sampler
-    and iterator are left untouched, so the run's data order does not
-    depend on the refill. A dataset without a length: passes over
+    apart from the run's first epoch; the train loop's loader, sampler and
+    iterator untouched). A dataset without a length: passes over
     ``loader`` itself, an empty one refused."""
     try:
         size = len(loader.dataset)
@@ -44,11 +43,10 @@ def refill_batches(loader: DataLoader, seed: int) -> Iterator:
 
 def _passes(loader: DataLoader) -> Iterator:
     while True:
-        empty = True
-        for data in loader:
-            empty = False
+        seen = 0
+        for seen, data in enumerate(loader, 1):
             yield data
-        if empty:
+        if not seen:
             raise ValueError('QueueRefillHook: the train loader is empty')
 
 
@@ -58,8 +56,7 @@ class QueueRefillHook(Hook):
     ceil(K / total batch) batches of this data before the first step of a
     run whose encoders start from released weights (``model.encoders_from``);
     not from scratch, not when a checkpoint was resumed, nor without a
-    queue. After ``ExactResumeHook`` (priority 89) has set up the workers'
-    seeding; the batches come from :func:`refill_batches` (K may exceed the
+    queue. The batches come from :func:`refill_batches` (K may exceed the
     data: it repeats), never from the train loop's loader."""
 
     priority = 'VERY_LOW'
@@ -82,11 +79,8 @@ class QueueRefillHook(Hook):
                 if model.queue.exclude_same_instance:
                     ids = sample_indices(data['data_samples'], im_k.device)
                 model.queue.enqueue(model.encode_keys(im_k), ids)
-        finally:
-            shutdown = getattr(iterator, '_shutdown_workers', None)
-            if shutdown is not None:
-                shutdown()
+        finally:  # (a DataLoader's iterator with workers)
+            getattr(iterator, '_shutdown_workers', lambda: None)()
         print_log(
             f'QueueRefillHook: the queue ({model.queue.size} keys) filled '
-            f'with keys of {batches} batches of this data',
-            logger='current')
+            f'with keys of {batches} batches of this data', 'current')

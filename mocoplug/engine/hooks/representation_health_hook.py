@@ -68,44 +68,32 @@ class RepresentationHealthHook(Hook):
                  not_learning_at: float = 0.2,
                  not_learning_margin: float = 0.25,
                  on_not_learning: str = 'warn') -> None:
-        if interval is not None and (not isinstance(interval, int)
-                                     or interval < 1):
-            raise ValueError('RepresentationHealthHook: interval must be a '
-                             f'positive int or None, got {interval!r}')
-        if patience < 1:
-            raise ValueError('RepresentationHealthHook: patience must be '
-                             f'>= 1, got {patience}')
-        if not 0 < collapse_ratio < 1:
-            raise ValueError('RepresentationHealthHook: collapse_ratio '
-                             f'must be in (0, 1), got {collapse_ratio}')
-        if on_not_learning not in ('warn', 'stop'):
-            raise ValueError('RepresentationHealthHook: on_not_learning must '
-                             f"be 'warn' or 'stop', got {on_not_learning!r}")
-        if not 0 <= not_learning_at < 1:
-            raise ValueError('RepresentationHealthHook: not_learning_at must '
-                             f'be in [0, 1), got {not_learning_at}')
+        for bad, text in (
+            (interval is not None
+             and (not isinstance(interval, int) or interval < 1),
+             f'interval must be a positive int or None, got {interval!r}'),
+            (patience < 1, f'patience must be >= 1, got {patience}'),
+            (not 0 < collapse_ratio < 1,
+             f'collapse_ratio must be in (0, 1), got {collapse_ratio}'),
+            (on_not_learning not in ('warn', 'stop'), "on_not_learning must "
+             f"be 'warn' or 'stop', got {on_not_learning!r}"),
+            (not 0 <= not_learning_at < 1,
+             f'not_learning_at must be in [0, 1), got {not_learning_at}')):
+            if bad:
+                raise ValueError(f'RepresentationHealthHook: {text}')
         self.not_learning_at = not_learning_at
         self.not_learning_margin = not_learning_margin
         self.on_not_learning = on_not_learning
         self.not_learning: Optional[dict] = None  # the check's figures
         self._gaps: List[Tuple[int, float]] = []  # (iter, pos - neg sim)
-        self.interval = interval
-        self.collapse_ratio = collapse_ratio
-        self.patience = patience
-        self.uniformity_t = uniformity_t
-        self.enabled = False
-        self.collapse_warned = False
-        self.num_low_checks = 0
+        self.interval, self.collapse_ratio = interval, collapse_ratio
+        self.patience, self.uniformity_t = patience, uniformity_t
+        self.enabled = self.collapse_warned = False
+        self._checking = self._published = False
+        self.num_low_checks = self.dim = 0  # dim: of the embeddings
         self.last_metrics: Dict[str, float] = {}
-        self.dim = 0  # of the embeddings, set by measure()
-        self._model: Optional[nn.Module] = None
-        self._logger_hook: Optional[LoggerHook] = None
-        self._checking = False
-        self._published = False
-        self._online: List[torch.Tensor] = []
-        self._target: List[torch.Tensor] = []
-        self._observed: Optional[dict] = None
-        self._handle = None
+        self._model = self._logger_hook = self._observed = self._handle = None
+        self._online, self._target = [], []  # floating-point parameters
         self._calls = self._terms = 1  # head calls per step (loss terms)
 
     def before_train(self, runner: Runner) -> None:
@@ -132,9 +120,8 @@ class RepresentationHealthHook(Hook):
             p for pair in pairs for p in pair[i].parameters()
             if p.is_floating_point()
         ] for i in (0, 1))
-        self._model = model
+        self._model, self.enabled = model, True
         self._handle = model.head.register_forward_hook(self.observe)
-        self.enabled = True
 
     def after_train(self, runner: Runner) -> None:
         if self._handle is not None:
@@ -159,12 +146,10 @@ class RepresentationHealthHook(Hook):
         else:
             keep = ~mask
             neg_sum, neg_count = (sims * keep).sum(), keep.sum().clamp(min=1)
-        if self._observed is None:
-            self._observed = dict(
-                queries=[], keys=[], neg_sum=[], neg_count=[])
-        for name, value in zip(self._observed,
-                               (query, key, neg_sum, neg_count)):
-            self._observed[name].append(value)
+        observed = self._observed = self._observed or dict(
+            queries=[], keys=[], neg_sum=[], neg_count=[])
+        for name, value in zip(observed, (query, key, neg_sum, neg_count)):
+            observed[name].append(value)
 
     def is_check_iter(self, runner: Runner, batch_idx: int) -> bool:
         """Whether this iteration (one the LoggerHook prints) is checked."""
@@ -180,10 +165,7 @@ class RepresentationHealthHook(Hook):
         return self.every_n_inner_iters(batch_idx, self.interval) or (
             ends_epoch and len(runner.train_dataloader) < self.interval)
 
-    def before_train_iter(self,
-                          runner: Runner,
-                          batch_idx: int,
-                          data_batch: Optional[dict] = None) -> None:
+    def before_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         if not self.enabled:
             return
         if runner.iter == self.check_iter(runner):
@@ -191,11 +173,7 @@ class RepresentationHealthHook(Hook):
         self._checking = self.is_check_iter(runner, batch_idx)
         self._observed, self._calls = None, 0
 
-    def after_train_iter(self,
-                         runner: Runner,
-                         batch_idx: int,
-                         data_batch: Optional[dict] = None,
-                         outputs: Optional[dict] = None) -> None:
+    def after_train_iter(self, runner: Runner, batch_idx, **kwargs) -> None:
         self._terms = self._calls or self._terms
         if not self._checking:
             if self._published:  # not printed again between checks
@@ -204,12 +182,10 @@ class RepresentationHealthHook(Hook):
                                                        None)
                 self._published = False
             return
-        self._checking = False
-        observed, self._observed = self._observed, None
+        observed, self._observed, self._checking = self._observed, None, False
         if observed is None:
             return
-        metrics = self.measure(observed, steps=runner.iter + 1)
-        self.last_metrics = metrics
+        metrics = self.last_metrics = self.measure(observed, runner.iter + 1)
         for name, value in metrics.items():
             runner.message_hub.update_scalar(f'train/health/{name}', value)
         self._published = True
@@ -221,13 +197,9 @@ class RepresentationHealthHook(Hook):
     def measure(self, observed: dict, steps: int) -> Dict[str, float]:
         """The figures (``HEALTH_SCALARS``) of what :meth:`observe` kept of
         one step; ``steps`` counts the iterations done, this one included."""
-        queries = [
-            F.normalize(at_least_float32(q), dim=1)
-            for q in observed['queries']
-        ]
-        keys = [
-            F.normalize(at_least_float32(k), dim=1) for k in observed['keys']
-        ]
+        queries, keys = ([
+            F.normalize(at_least_float32(t), dim=1) for t in observed[name]
+        ] for name in ('queries', 'keys'))
         q_all, k_all = torch.cat(queries), torch.cat(keys)
         dim = self.dim = q_all.shape[1]
         values = dict(
@@ -239,7 +211,6 @@ class RepresentationHealthHook(Hook):
             neg_sim=sum(observed['neg_sum']) / sum(observed['neg_count']),
             key_query_dist=relative_parameter_distance(self._online,
                                                        self._target))
-        # one host sync; the mean over ranks, so every rank decides alike
         figures = dict(
             zip(values, mean_over_ranks(torch.stack(list(values.values())))))
         figures['std_norm'] = figures['std'] * math.sqrt(dim)
@@ -279,13 +250,10 @@ class RepresentationHealthHook(Hook):
         losses = history.data[0] if history is not None else []
         if len(losses) < window:  # resumed just before: too little history
             return
-        # one InfoNCE term, unweighted: `loss` sums the head's calls (v3:
-        # 2), each times the loss' loss_weight (v3: 2 tau)
         weight = getattr(self._model.head, 'loss_module', None)
         weight = getattr(weight, 'loss_weight', 1.0) * self._terms
         loss = mean_over_ranks([float(losses[-window:].mean()) / weight])[0]
         queue = getattr(self._model, 'queue', None)
-        # in-batch negatives (v3): as many classes as the global batch
         classes = queue.size + 1 if queue is not None else (getattr(
             runner.train_dataloader, 'batch_size', 0) or 0) * get_world_size()
         chance = math.log(classes) if classes > 1 else None
@@ -322,8 +290,7 @@ class RepresentationHealthHook(Hook):
 
     def not_learning_causes(self, runner: Runner) -> List[str]:
         """The usual causes of not learning, with what this run says."""
-        facts = schedule_facts(runner)
-        lr = current_lrs(runner)
+        facts, lr = schedule_facts(runner), current_lrs(runner)
         crop = _crop_area(runner.train_dataloader)
         return [
             f'Too few iterations for the data: {runner.max_iters} '
@@ -346,8 +313,7 @@ class RepresentationHealthHook(Hook):
         gather = getattr(queue, 'gather', True)
         return local_keys * (get_world_size() if gather else 1)
 
-    def check_collapse(self, runner: Runner, metrics: Dict[str,
-                                                           float]) -> None:
+    def check_collapse(self, runner: Runner, metrics: dict) -> None:
         """Count consecutive collapsed checks; warn once past patience."""
         low = metrics['std_norm'] < self.collapse_ratio
         self.num_low_checks = self.num_low_checks + 1 if low else 0
@@ -355,17 +321,15 @@ class RepresentationHealthHook(Hook):
             self.collapse_warned = True
             runner.logger.warning(self.collapse_message(runner, metrics))
 
-    def collapse_message(self, runner: Runner, metrics: Dict[str,
-                                                             float]) -> str:
+    def collapse_message(self, runner: Runner, metrics: dict) -> str:
         """The collapse warning, with the likely causes."""
         return '\n'.join([
             'RepresentationHealthHook: REPRESENTATION COLLAPSE at iteration '
             f'{runner.iter + 1}: std_norm {metrics["std_norm"]:.3f} (healthy: '
-            f'about 1) below {self.collapse_ratio} for '
-            f'{self.num_low_checks} checks in a row; uniformity '
-            f'{metrics["uniformity"]:.3f} (0 = collapsed), pos_sim '
-            f'{metrics["pos_sim"]:.3f}, neg_sim {metrics["neg_sim"]:.3f}. '
-            'Likely causes (shown once per run):'
+            f'about 1) below {self.collapse_ratio} for {self.num_low_checks} '
+            f'checks in a row; uniformity {metrics["uniformity"]:.3f} (0 = '
+            f'collapsed), pos_sim {metrics["pos_sim"]:.3f}, neg_sim '
+            f'{metrics["neg_sim"]:.3f}. Likely causes (shown once per run):'
         ] + ['  - ' + cause for cause in self.likely_causes(runner)])
 
     def likely_causes(self, runner: Runner) -> List[str]:
@@ -385,9 +349,7 @@ class RepresentationHealthHook(Hook):
         elif shuffle_bn is None:
             bn = 'BatchNorm leak: with in-batch negatives use SyncBN.'
         else:
-            bn = (f"BatchNorm leak: unlikely here (shuffle_bn="
-                  f"'{shuffle_bn}').")
-        lr = current_lrs(runner)
+            bn = f"BatchNorm leak: unlikely here (shuffle_bn='{shuffle_bn}')."
         neck_bn = any(
             isinstance(m, _BatchNorm)
             for m in getattr(model, 'neck', nn.Identity()).modules())
@@ -397,16 +359,16 @@ class RepresentationHealthHook(Hook):
                  'with_last_bn_affine=False.'))
         temperature = getattr(
             getattr(model, 'head', None), 'temperature', None)
-        tau = ('A very small temperature (below ~0.05)' +
-               (f'; this run: {temperature}.'
-                if temperature is not None else '.'))
+        lr = current_lrs(runner)
         return [
             bn,
             'Learning rate too high (MoCo v2\'s 0.03 is for a total batch '
             'of 256: auto_scale_lr) or too low' +
             (f'; current {lr}.' if lr else '.'),
             neck,
-            tau,
+            'A very small temperature (below ~0.05)' +
+            (f'; this run: {temperature}.'
+             if temperature is not None else '.'),
         ]
 
 

@@ -2,7 +2,7 @@
 """What hooks read of the runner: when mmengine's ``CheckpointHook`` is about
 to save (mmengine does not expose it), the learning rate and schedule; and
 figures averaged over the ranks, to decide alike on every rank."""
-from typing import List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.dist import all_reduce, get_world_size
@@ -30,8 +30,7 @@ def mean_over_ranks(
     """``values`` averaged over the ranks (one all_reduce; in one process
     as they are): a decision taken from them is the same on every rank."""
     values = torch.as_tensor(values, dtype=torch.float64)
-    if get_world_size() > 1:
-        all_reduce(values, op='mean')
+    all_reduce(values, op='mean')  # (mmengine's: nothing in one process)
     return values.tolist()
 
 
@@ -53,22 +52,41 @@ def loader_batch_size(loader) -> int:
                                         None) or 1
 
 
+def optim_wrappers(optim_wrapper) -> list:
+    """An ``OptimWrapperDict``'s wrappers, else ``[optim_wrapper]``."""
+    wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
+    return [optim_wrapper] if wrappers is None else list(wrappers.values())
+
+
+def param_groups(optim_wrapper) -> Iterator[dict]:
+    """Every param group of ``optim_wrapper`` (of each of its wrappers)."""
+    for wrapper in optim_wrappers(optim_wrapper):
+        yield from wrapper.optimizer.param_groups
+
+
 def accumulative_counts(optim_wrapper) -> int:
     """Micro-batches an optimizer step accumulates (the largest over an
     ``OptimWrapperDict``'s wrappers; 1 without accumulation)."""
-    wrappers = getattr(optim_wrapper, 'optim_wrappers', None)
-    if wrappers is not None:
-        return max([accumulative_counts(w) for w in wrappers.values()] or [1])
-    return int(getattr(optim_wrapper, '_accumulative_counts', 1))
+    return max((int(getattr(w, '_accumulative_counts', 1))
+                for w in optim_wrappers(optim_wrapper)),
+               default=1)
+
+
+def step_images(loader, optim_wrapper, world: int) -> Tuple[int, int, int]:
+    """(images, batch, accumulated micro-batches) of an optimizer step of
+    ``world`` processes: images = processes x batch x counts."""
+    batch = loader_batch_size(loader)
+    counts = accumulative_counts(optim_wrapper)
+    return world * batch * counts, batch, counts
 
 
 def schedule_facts(runner: Runner) -> str:
     """E.g. 'total batch 64, 95.0 epochs of 194 images' (what is known);
     the total batch counts accumulated micro-batches."""
     loader = runner.train_dataloader
-    counts = accumulative_counts(getattr(runner, 'optim_wrapper', None))
-    step = loader_batch_size(loader) * get_world_size()
-    batch = step * counts
+    wrapper = getattr(runner, 'optim_wrapper', None)
+    batch, _, counts = step_images(loader, wrapper, get_world_size())
+    step = batch // counts
     if counts > 1:
         batch = f'{batch} ({step} a step x {counts} accumulated)'
     try:

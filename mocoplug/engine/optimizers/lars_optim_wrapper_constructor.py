@@ -4,7 +4,6 @@ from typing import List, Optional
 import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
-# the class whose `lars_exclude` group key this constructor sets
 from mmpretrain.engine.optimizers import LARS
 from mmpretrain.utils import get_ori_model
 
@@ -85,7 +84,6 @@ class LARSOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         optimizer_cfg = self.optimizer_cfg.copy()
         optimizer_cfg['params'] = params
         optimizer = OPTIMIZERS.build(optimizer_cfg)
-        optim_wrapper_cfg = self.optim_wrapper_cfg.copy()
-        optim_wrapper_cfg.setdefault('type', 'OptimWrapper')
         return OPTIM_WRAPPERS.build(
-            optim_wrapper_cfg, default_args=dict(optimizer=optimizer))
+            self.optim_wrapper_cfg,
+            default_args=dict(type='OptimWrapper', optimizer=optimizer))

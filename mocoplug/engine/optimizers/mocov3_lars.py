@@ -8,8 +8,8 @@ from torch.optim import Optimizer
 
 from mocoplug.registry import OPTIMIZERS
 
-# The official code's name; unlike mmpretrain's, without the lr folded in.
 BUFFER = 'mu'
+UPDATE_KEYS = ('lr', 'momentum', 'weight_decay', 'eta', 'nesterov')
 
 
 @OPTIMIZERS.register_module()
@@ -51,14 +51,9 @@ class MoCoV3LARS(Optimizer):
         if nesterov and momentum <= 0.:
             raise ValueError('MoCoV3LARS: `nesterov=True` needs a positive '
                              f'`momentum`, got {momentum!r}')
-        defaults = dict(
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            eta=eta,
-            nesterov=nesterov,
-            foreach=foreach)
-        super().__init__(params, defaults)
+        defaults = zip(UPDATE_KEYS,
+                       (lr, momentum, weight_decay, eta, nesterov))
+        super().__init__(params, dict(defaults, foreach=foreach))
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group; refuse ``lars_exclude=True`` on a weight."""
@@ -107,15 +102,7 @@ class MoCoV3LARS(Optimizer):
                 foreach = all(p.is_cuda for p in params)
             update = _foreach_update if foreach else _single_tensor_update
             for p, g, b in _by_device_and_dtype(params, grads, buffers):
-                update(
-                    p,
-                    g,
-                    b,
-                    lr=group['lr'],
-                    momentum=group['momentum'],
-                    weight_decay=group['weight_decay'],
-                    eta=group['eta'],
-                    nesterov=group['nesterov'])
+                update(p, g, b, **{k: group[k] for k in UPDATE_KEYS})
         return loss
 
 

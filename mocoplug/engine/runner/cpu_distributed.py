@@ -26,8 +26,7 @@ def dist_cfg_for_this_machine(dist_cfg: Optional[dict]) -> dict:
     if not has_accelerator() and backend in ACCELERATOR_BACKENDS:
         print_log(
             f'no GPU: the process group uses gloo (env_cfg.dist_cfg.backend '
-            f'is {backend!r}, which needs GPUs)',
-            logger='current')
+            f'is {backend!r}, which needs GPUs)', 'current')
         dist_cfg['backend'] = 'gloo'
     return dist_cfg
 
@@ -56,8 +55,7 @@ def join_cpu_process_group(launcher: str, dist_cfg: dict) -> None:
     dist.init_process_group(backend=backend, **kwargs)
     print_log(
         f'no GPU: rank {dist.get_rank()}/{dist.get_world_size()} runs on '
-        f'CPU with {backend}',
-        logger='current')
+        f'CPU with {backend}', 'current')
 
 
 def init_dist_for_this_machine(launcher: str,
@@ -77,14 +75,10 @@ def cpu_model_wrapper_cfg(model_wrapper_cfg: Optional[dict],
     """A new model wrapper config for a distributed run on CPUs: the
     config's or mmengine's default (with ``find_unused_parameters``),
     ``device_ids=None`` for DDP wrappers."""
-    if model_wrapper_cfg is None:
-        cfg = dict(
-            type='MMDistributedDataParallel',
-            broadcast_buffers=False,
-            find_unused_parameters=find_unused_parameters)
-    else:
-        cfg = dict(model_wrapper_cfg)
-        cfg.setdefault('type', 'MMDistributedDataParallel')
+    cfg = dict(
+        broadcast_buffers=False, find_unused_parameters=find_unused_parameters
+    ) if model_wrapper_cfg is None else dict(model_wrapper_cfg)
+    cfg.setdefault('type', 'MMDistributedDataParallel')
     if wraps_in_ddp(cfg):
         cfg['device_ids'] = None
     return cfg
@@ -97,9 +91,3 @@ def wraps_in_ddp(model_wrapper_cfg: dict,
     wrapper = MODEL_WRAPPERS.get(
         model_wrapper_cfg.get('type', 'MMDistributedDataParallel'))
     return isinstance(wrapper, type) and issubclass(wrapper, kind)
-
-
-def shards_parameters(model_wrapper_cfg: dict) -> bool:
-    """Whether the wrapper config builds a ``FullyShardedDataParallel``."""
-    from torch.distributed.fsdp import FullyShardedDataParallel
-    return wraps_in_ddp(model_wrapper_cfg, FullyShardedDataParallel)

@@ -5,8 +5,7 @@ import copy
 
 def without_idle_persistent_workers(dataloader_cfg: dict) -> dict:
     """The dataloader config (a copy if changed), with ``persistent_workers``
-    off without workers (torch's ``DataLoader`` refuses it; mmpretrain's
-    ``tools/train.py`` sets it everywhere)."""
+    off without workers (which torch's ``DataLoader`` refuses)."""
     if dataloader_cfg.get('persistent_workers') and not dataloader_cfg.get(
             'num_workers', 0):
         dataloader_cfg = copy.copy(dataloader_cfg)
@@ -20,9 +19,7 @@ def without_collate_scope(dataloader_cfg: dict) -> dict:
     function."""
     collate_fn = dataloader_cfg.get('collate_fn')
     if isinstance(collate_fn, dict) and '_scope_' in collate_fn:
+        kept = {k: v for k, v in collate_fn.items() if k != '_scope_'}
         dataloader_cfg = copy.copy(dataloader_cfg)
-        dataloader_cfg['collate_fn'] = {
-            key: value
-            for key, value in collate_fn.items() if key != '_scope_'
-        }
+        dataloader_cfg['collate_fn'] = kept
     return dataloader_cfg

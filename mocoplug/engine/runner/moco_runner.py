@@ -8,25 +8,22 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config, ConfigDict
 from mmengine.dist import is_distributed
-from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper, revert_sync_batchnorm
-from mmengine.optim import OptimWrapperDict
 from mmengine.runner import Runner
 from mmpretrain.utils import get_ori_model
 from torch.utils.data import DataLoader
 
 from mocoplug.compat.mmcv_ops import check_mmcv_ops_device, uses_mmcv_ops
 from mocoplug.datasets.labelled_folder import fill_data_root
-from mocoplug.engine.hooks.runner_info import (accumulative_counts,
-                                               loader_batch_size)
+from mocoplug.engine.hooks.runner_info import param_groups, step_images
 from mocoplug.models.algorithms.base_momentum import BaseMomentumSelfSupervisor
 from mocoplug.registry import RUNNERS
 from mocoplug.utils import (enabled_default_hooks, fill_pretrained,
                             leave_process_group_at_exit)
 from .cpu_distributed import (cpu_model_wrapper_cfg, dist_cfg_for_this_machine,
                               has_accelerator, join_cpu_process_group,
-                              shards_parameters, wraps_in_ddp)
+                              wraps_in_ddp)
 from .dataloader_options import (without_collate_scope,
                                  without_idle_persistent_workers)
 from .run_checks import check_bands, check_data_roots, check_loop_trains
@@ -38,14 +35,13 @@ def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
                              model: nn.Module,
                              find_unused: bool = False) -> Optional[Dict]:
     """The wrapper config of a momentum model: ``broadcast_buffers=False``
-    (refusing True: rank 0's queue and BN statistics would replace every
-    rank's own) and the config's top-level ``find_unused_parameters`` for a
-    ``DistributedDataParallel`` (mmengine reads it only without a wrapper
-    config); an FSDP wrapper is refused."""
+    (True refused) and the config's top-level ``find_unused_parameters``
+    for a ``DistributedDataParallel``; an FSDP wrapper is refused."""
     if model_wrapper_cfg is None or not isinstance(model,
                                                    BaseMomentumSelfSupervisor):
         return model_wrapper_cfg
-    if shards_parameters(model_wrapper_cfg):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    if wraps_in_ddp(model_wrapper_cfg, FSDP):
         raise ValueError(
             f'model_wrapper_cfg.type={model_wrapper_cfg.get("type")!r}: '
             f'{type(model).__name__} updates its momentum encoder from the '
@@ -55,13 +51,12 @@ def without_buffer_broadcast(model_wrapper_cfg: Optional[Dict],
             'model_wrapper_cfg.')
     if not wraps_in_ddp(model_wrapper_cfg):
         return model_wrapper_cfg
-    cfg = dict(model_wrapper_cfg)
-    if cfg.get('broadcast_buffers', False):
+    if model_wrapper_cfg.get('broadcast_buffers', False):
         raise ValueError(
             'model_wrapper_cfg.broadcast_buffers=True: DDP would replace '
             "every rank's MoCo queue and momentum encoder BN statistics by "
             "rank 0's at each forward. Remove it (mocoplug sets False).")
-    cfg['broadcast_buffers'] = False
+    cfg = dict(model_wrapper_cfg, broadcast_buffers=False)
     if find_unused:
         cfg.setdefault('find_unused_parameters', True)
     return cfg
@@ -81,9 +76,8 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
         return optim_wrapper
     print_log(
         'optim_wrapper.optimizer.fused=True: torch\'s fused SGD diverges '
-        'under the loss scaler; using foreach=True instead.',
-        logger='current',
-        level=logging.WARNING)
+        'under the loss scaler; using foreach=True instead.', 'current',
+        logging.WARNING)
     optim_wrapper = copy.deepcopy(optim_wrapper)
     optim_wrapper['optimizer'].update(fused=False, foreach=True)
     return optim_wrapper
@@ -91,8 +85,7 @@ def without_fused_sgd_under_loss_scaling(optim_wrapper):
 
 def deterministic_cublas(deterministic: bool, cuda: bool) -> None:
     """``randomness.deterministic=True`` on CUDA: set
-    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless set (torch refuses cuBLAS's
-    GEMMs under deterministic algorithms without it)."""
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless set."""
     if not (cuda
             and deterministic) or os.environ.get('CUBLAS_WORKSPACE_CONFIG'):
         return
@@ -100,8 +93,7 @@ def deterministic_cublas(deterministic: bool, cuda: bool) -> None:
     print_log(
         'randomness.deterministic=True on CUDA: CUBLAS_WORKSPACE_CONFIG='
         ':4096:8 set, as deterministic cuBLAS needs (export it to choose '
-        ':16:8, less memory, slower)',
-        logger='current')
+        ':16:8, less memory, slower)', 'current')
 
 
 def _then_leave(result):
@@ -148,10 +140,7 @@ class MoCoRunner(Runner):
             join_cpu_process_group(self.launcher, env_cfg['dist_cfg'])
         super().setup_env(env_cfg)
 
-    def set_randomness(self,
-                       seed,
-                       diff_rank_seed: bool = False,
-                       deterministic: bool = False) -> None:
+    def set_randomness(self, seed, diff_rank_seed=False, deterministic=False):
         """mmengine's, with :func:`deterministic_cublas` first."""
         deterministic_cublas(deterministic, torch.cuda.is_available())
         super().set_randomness(seed, diff_rank_seed, deterministic)
@@ -161,6 +150,7 @@ class MoCoRunner(Runner):
         """mmengine's, for CPU modules too, without buffer broadcast; then
         checks mmcv's ops on the model's device."""
         if self.distributed and not is_model_wrapper(model):
+            find_unused = self.cfg.get('find_unused_parameters', False)
             if not has_accelerator():
                 if any(
                         isinstance(m, nn.SyncBatchNorm)
@@ -168,15 +158,12 @@ class MoCoRunner(Runner):
                     print_log(
                         'no GPU: SyncBN (norm_cfg) needs GPUs; on CPU ranks '
                         'each rank normalises its own batch (BatchNorm)',
-                        logger='current',
-                        level=logging.WARNING)
+                        'current', logging.WARNING)
                     model = revert_sync_batchnorm(model)
-                find_unused = self.cfg.get('find_unused_parameters', False)
                 model_wrapper_cfg = cpu_model_wrapper_cfg(
                     model_wrapper_cfg, find_unused)
             model_wrapper_cfg = without_buffer_broadcast(
-                model_wrapper_cfg, model,
-                self.cfg.get('find_unused_parameters', False))
+                model_wrapper_cfg, model, find_unused)
         wrapped = super().wrap_model(model_wrapper_cfg, model)
         model = get_ori_model(wrapped)
         params = next(model.parameters(), None)
@@ -210,21 +197,16 @@ class MoCoRunner(Runner):
         x batch x ``accumulative_counts`` (mmengine: processes x batch)."""
         if not (auto_scale_lr or {}).get('enable', False):
             return
-        counts = accumulative_counts(optim_wrapper)
-        batch = loader_batch_size(self.train_dataloader)
-        images = self.world_size * batch * counts
+        images, batch, counts = step_images(self.train_dataloader,
+                                            optim_wrapper, self.world_size)
         ratio = images / auto_scale_lr['base_batch_size']
         print_log(
             f'auto_scale_lr: lr x {ratio:g}, for {images} images an '
             f'optimizer step ({self.world_size} processes x batch {batch} x '
             f'{counts} accumulated) against base_batch_size '
-            f'{auto_scale_lr["base_batch_size"]}',
-            logger='current')
-        wrappers = optim_wrapper.values() if isinstance(
-            optim_wrapper, OptimWrapperDict) else [optim_wrapper]
-        for wrapper in wrappers:
-            for group in wrapper.optimizer.param_groups:
-                group['lr'] = group['lr'] * ratio
+            f'{auto_scale_lr["base_batch_size"]}', 'current')
+        for group in param_groups(optim_wrapper):
+            group['lr'] = group['lr'] * ratio
 
     def build_optim_wrapper(self, optim_wrapper):
         """mmengine's, via :func:`without_fused_sgd_under_loss_scaling`."""
@@ -232,15 +214,12 @@ class MoCoRunner(Runner):
             without_fused_sgd_under_loss_scaling(optim_wrapper))
 
     @staticmethod
-    def build_dataloader(dataloader: Union[DataLoader, Dict],
-                         seed: Optional[int] = None,
-                         diff_rank_seed: bool = False) -> DataLoader:
-        """mmengine's, via :mod:`.dataloader_options`."""
+    def build_dataloader(dataloader, *args, **kwargs) -> DataLoader:
+        """mmengine's (same arguments), via :mod:`.dataloader_options`."""
         if isinstance(dataloader, dict):
-            dataloader = without_idle_persistent_workers(dataloader)
-            dataloader = without_collate_scope(dataloader)
-        return Runner.build_dataloader(
-            dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
+            dataloader = without_collate_scope(
+                without_idle_persistent_workers(dataloader))
+        return Runner.build_dataloader(dataloader, *args, **kwargs)
 
     def train(self) -> nn.Module:
         self._training = True  # the train loop's checks (not in val/test)
@@ -252,9 +231,7 @@ class MoCoRunner(Runner):
     def test(self) -> dict:
         return _then_leave(super().test())
 
-    def register_default_hooks(
-            self,
-            hooks: Optional[Dict[str, Union[Hook, Dict]]] = None) -> None:
+    def register_default_hooks(self, hooks=None) -> None:
         """mmengine's, accepting None for any default hook name."""
         if hooks is not None:
             hooks = enabled_default_hooks(hooks)

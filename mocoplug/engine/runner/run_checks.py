@@ -21,6 +21,9 @@ from mocoplug.utils.config_options import walk_dicts
 
 LAYOUT = ('a folder of images (sub-folders of any depth; with_label=True: '
           'one sub-folder per class), or the images an ann_file lists')
+#: pipeline steps that treat an image as 8-bit RGB (as their repr shows)
+RGB_ONLY = ('ColorJitter(', 'RandomGrayscale(', 'Solarize(', 'Posterize(',
+            'Equalize(', 'AutoContrast(', 'backend=pillow')
 
 
 def check_data_roots(dataloader, field: str = 'train_dataloader') -> None:
@@ -28,14 +31,12 @@ def check_data_roots(dataloader, field: str = 'train_dataloader') -> None:
     ``split``) of the loader config's datasets exists and holds a file of
     its ``extensions``, or its ``ann_file`` exists; else an error naming
     ``field`` on every rank (reduced over the ranks)."""
-    problem = None
     found = []
     if isinstance(dataloader, dict):
-        walk_dicts(
-            dataloader.get('dataset'), lambda d: found.append(d)
-            if d.get('data_root') else None)
-    for dataset in found:
-        problem = problem or _data_root_problem(dataset, field)
+        walk_dicts(dataloader.get('dataset'), found.append)
+    problems = (
+        _data_root_problem(d, field) for d in found if d.get('data_root'))
+    problem = next(filter(None, problems), None)
     if mean_over_ranks([problem is not None])[0]:
         raise problem or FileNotFoundError(
             f'{field}.dataset.data_root: missing on another rank (its error '
@@ -73,25 +74,17 @@ def _data_root_problem(dataset: dict, field: str) -> Optional[Exception]:
     return None
 
 
-def batches_per_pass(loader) -> Optional[int]:
-    """Batches a pass of this rank's loader yields: None for an infinite
-    sampler over images (it always fills a batch), 0 for one over none."""
-    sampler = getattr(loader, 'sampler', None)
-    try:
-        if isinstance(sampler, InfiniteSampler):
-            return None if len(loader.dataset) else 0
-        return len(loader)
-    except TypeError:  # an iterable dataset or sampler without a length
-        return None
-
-
 def check_loop_trains(loop) -> None:
     """Refuse a train loop that would run no step or wait forever for a
     batch: no iteration (``max_iters`` 0) or a loader with no batch (a
     rank's share of the images smaller than its batch under
     ``drop_last=True``, or no image); decided alike on every rank."""
     loader = loop.dataloader
-    batches = batches_per_pass(loader)
+    try:  # batches a pass yields; an infinite sampler: 0 without images
+        batches = len(loader.dataset) if isinstance(
+            getattr(loader, 'sampler', None), InfiniteSampler) else len(loader)
+    except TypeError:  # an iterable dataset or sampler without a length
+        batches = None
     empty, no_iters = mean_over_ranks([batches == 0, loop.max_iters == 0])
     if empty:
         world, batch = get_world_size(), loader_batch_size(loader)
@@ -116,11 +109,6 @@ def check_loop_trains(loop) -> None:
             'Set train_cfg.max_epochs (or max_iters) to at least 1.')
 
 
-#: pipeline steps that treat an image as 8-bit RGB (as their repr shows)
-RGB_ONLY = ('ColorJitter(', 'RandomGrayscale(', 'Solarize(', 'Posterize(',
-            'Equalize(', 'AutoContrast(', 'backend=pillow')
-
-
 def check_bands(loop, samples: int = 16) -> None:
     """Refuse training images whose bands or bit depth the pipeline's loader
     would drop (more bands than it decodes, more than 8 bits into an 8-bit
@@ -139,12 +127,9 @@ def check_bands(loop, samples: int = 16) -> None:
         if index is not None and hasattr(dataset, 'get_data_info'):
             picks = np.linspace(0,
                                 len(dataset) - 1, min(samples, len(dataset)))
-            paths = [
-                dataset.get_data_info(int(i)).get('img_path') or ''
-                for i in sorted(set(picks.round()))
-            ]
             formats = {}
-            for path in paths:
+            for i in sorted(set(picks.round())):
+                path = dataset.get_data_info(int(i)).get('img_path') or ''
                 try:  # (an unreadable file is the loader's to report)
                     fmt = file_format(path) if '://' not in path else None
                 except Exception:
@@ -153,8 +138,7 @@ def check_bands(loop, samples: int = 16) -> None:
                     formats.setdefault(fmt, []).append(path)
             field = f'train_dataloader.dataset.pipeline.{index}'
             rgb = [op for op in RGB_ONLY if op in repr(dataset.pipeline)]
-            problem = _band_problem(formats, steps[index], field, rgb) or \
-                _kept_problem(formats, steps[index], field, loop)
+            problem = _band_problem(formats, steps[index], field, rgb, loop)
     except Exception:
         problem = None
     if mean_over_ranks([problem is not None])[0]:
@@ -164,7 +148,7 @@ def check_bands(loop, samples: int = 16) -> None:
 
 
 def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
-                  rgb: list) -> Optional[Exception]:
+                  rgb: list, loop) -> Optional[Exception]:
     keeps = loader.color_type == 'unchanged' or \
         loader.imdecode_backend == 'tifffile'
     decoded = 1 if loader.color_type.startswith('grayscale') else 3
@@ -179,10 +163,8 @@ def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
     lossy = [f for f in formats if f[0] > decoded or f[1] > 8]
     if lossy and not keeps:
         bands, bits = lossy[0]
-        lost = ' and '.join(text for text, yes in (('bands would be dropped',
-                                                    bands > decoded),
-                                                   ('values cut to 8 bits',
-                                                    bits > 8)) if yes)
+        lost = ' and '.join(['bands would be dropped'] * (bands > decoded) +
+                            ['values cut to 8 bits'] * (bits > 8))
         return ValueError(
             f'train_dataloader.dataset: the images hold {held(lossy[0])}, '
             f'but {where} decodes {decoded} band(s) of 8 bits: {lost}. '
@@ -216,15 +198,9 @@ def _band_problem(formats: dict, loader: LoadImageFromFile, field: str,
             f'the images hold {held(gray)}: {where} decodes them as 3 equal '
             'channels (nothing lost; 1-channel training is not supported '
             'yet)', 'current')
-
-
-def _kept_problem(formats: dict, loader: LoadImageFromFile, field: str,
-                  loop) -> Optional[Exception]:
-    """Where the loader keeps the files' bands: channel-first TIFFs (mmcv's
-    tifffile decode returns them so) and a band count other than the
-    model's stem and preprocessor take."""
-    if not formats or loader.color_type != 'unchanged' and \
-            loader.imdecode_backend != 'tifffile':
+    # where the loader keeps the files' bands: channel-first TIFFs (mmcv's
+    # tifffile decode returns them so), a band count the model does not take
+    if not formats or not keeps:
         return None
     bands = next(iter(formats))[0]
     if loader.imdecode_backend == 'tifffile':

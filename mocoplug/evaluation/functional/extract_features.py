@@ -74,8 +74,7 @@ def extract_feature_shard(model: nn.Module,
     rank, world_size = get_dist_info()
     size = len(dataloader.dataset)
     every = max(1, len(dataloader) // 10) if progress and rank == 0 else 0
-    start = time.perf_counter()
-    was_training = model.training
+    start, was_training = time.perf_counter(), model.training
     model.eval()
     feats, labels, ids = [], [], []
     position = rank  # of the next row in the sampler's padded index list
@@ -85,16 +84,10 @@ def extract_feature_shard(model: nn.Module,
             if labelled and (not samples or 'gt_label' not in samples[0]):
                 raise ValueError('kNN evaluation needs labelled images (no '
                                  'gt_label): e.g. with_label=True')
-            # rows at positions >= size are the sampler's padding; the
-            # positions increase, so the real rows are a prefix
             real = len(range(position, size, world_size)[:len(samples)])
-            labels += [
-                int(s.gt_label) if labelled else -1 for s in samples[:real]
-            ]
-            ids += [
-                int(s.get('sample_idx', position + world_size * i))
-                for i, s in enumerate(samples[:real])
-            ]
+            for i, s in enumerate(samples[:real]):
+                labels.append(int(s.gt_label) if labelled else -1)
+                ids.append(int(s.get('sample_idx', position + world_size * i)))
             position += world_size * len(samples)
             data = model.data_preprocessor(data, False)
             batch = pool_feature(feature_fn(data['inputs']))
@@ -108,7 +101,6 @@ def extract_feature_shard(model: nn.Module,
                     logger='current')
     finally:
         model.train(was_training)
-    # a model without parameters computes on the CPU
     device = feats[0].device if feats else next(model.parameters(),
                                                 torch.empty(0)).device
     if not feats:  # a rank that got no images (tiny dataset, many ranks)
@@ -129,15 +121,12 @@ def gather_feature_shards(shard: FeatureShard, dst: int = 0) -> FeatureShard:
     rank, world_size = get_dist_info()
     if world_size == 1:
         return FeatureShard(*(t.cpu() for t in shard))
-    # rows and feature width of every rank (a rank without rows has none)
     sizes = torch.tensor([shard.ids.numel(), shard.feats.shape[-1]],
                          device=shard.ids.device)
     longest, dim = torch.stack(all_gather(sizes)).max(dim=0).values.tolist()
-    padded = [
-        pad_rows(shard.feats.reshape(-1, dim), longest, 0.),
-        pad_rows(shard.labels, longest, 0),
-        pad_rows(shard.ids, longest, -1)
-    ]
+    padded = (pad_rows(t, longest, fill)
+              for t, fill in zip((shard.feats.reshape(-1, dim), shard.labels,
+                                  shard.ids), (0., 0, -1)))
     parts = [_gather(t, dst, rank, world_size) for t in padded]
     if rank != dst:
         return FeatureShard(
@@ -146,13 +135,11 @@ def gather_feature_shards(shard: FeatureShard, dst: int = 0) -> FeatureShard:
     feats, labels, ids = (torch.cat(p).cpu() for p in parts)
     real = ids >= 0
     order = ids[real].argsort()
-    return FeatureShard(feats[real][order], labels[real][order],
-                        ids[real][order])
+    return FeatureShard(*(t[real][order] for t in (feats, labels, ids)))
 
 
 def _gather(tensor: torch.Tensor, dst: int, rank: int, world_size: int):
-    """torch's gather on the backend's device (mmengine 0.10.7's
-    ``gather`` hands the tensor to the backend where it lies)."""
+    """torch's gather on the backend's device."""
     tensor = tensor.to(get_comm_device())
     out = [torch.empty_like(tensor)
            for _ in range(world_size)] if rank == dst else None

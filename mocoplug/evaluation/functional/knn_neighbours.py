@@ -35,8 +35,7 @@ def merge_neighbours(parts: Sequence[Neighbours], k: int) -> Neighbours:
     order = sims.gather(1, by_id).argsort(
         dim=1, descending=True, stable=True)[:, :k]
     pick = by_id.gather(1, order)
-    return Neighbours(
-        sims.gather(1, pick), ids.gather(1, pick), labels.gather(1, pick))
+    return Neighbours(*(t.gather(1, pick) for t in (sims, ids, labels)))
 
 
 def top_columns(sim: torch.Tensor, k: int) -> torch.Tensor:
@@ -66,7 +65,7 @@ def nearest_neighbours(query: torch.Tensor,
     """The k nearest :class:`Neighbours` in ``bank`` (increasing
     ``bank_ids``) of each L2-normalised float32 ``query`` row, none of them
     the query's own index in ``query_ids``."""
-    best = no_neighbours(query.shape[0], 0, query.device)
+    best = no_neighbours(query.shape[0], k, query.device)
     for start in range(0, bank.shape[0], bank_chunk):
         block = bank[start:start + bank_chunk].to(query.device, torch.float32)
         sim = query @ F.normalize(block, dim=1).t()
@@ -76,13 +75,8 @@ def nearest_neighbours(query: torch.Tensor,
                 query_ids.view(-1, 1) == ids.view(1, -1), float('-inf'))
         cols = top_columns(sim, min(k, sim.shape[1]))
         labels = bank_labels[start:start + bank_chunk].to(query.device)
-        best = merge_neighbours(
-            [best,
-             Neighbours(sim.gather(1, cols), ids[cols], labels[cols])], k)
-    missing = k - best.sims.shape[1]
-    if missing > 0:
-        best = merge_neighbours(
-            [best, no_neighbours(query.shape[0], missing, query.device)], k)
+        found = Neighbours(sim.gather(1, cols), ids[cols], labels[cols])
+        best = merge_neighbours([best, found], k)
     return best
 
 

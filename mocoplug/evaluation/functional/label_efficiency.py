@@ -21,7 +21,6 @@ def stratified_label_subsets(labels: Array,
     """Sorted indices of ``draws`` seeded stratified subsets of
     ``floor(fraction * N)`` labels, at least one per class."""
     from sklearn.model_selection import StratifiedShuffleSplit
-
     labels = _numpy(labels)
     num_classes = len(np.unique(labels))
     size = int(np.floor(fraction * len(labels)))
@@ -32,10 +31,8 @@ def stratified_label_subsets(labels: Array,
             f'of at least {num_classes / len(labels):.4f} (and below 1)')
     splitter = StratifiedShuffleSplit(
         n_splits=draws, train_size=size, random_state=seed)
-    return [
-        np.sort(kept)
-        for kept, _ in splitter.split(np.zeros(len(labels)), labels)
-    ]
+    splits = splitter.split(np.zeros(len(labels)), labels)
+    return [np.sort(kept) for kept, _ in splits]
 
 
 def linear_probe_accuracy(train_feats: Array,
@@ -48,23 +45,16 @@ def linear_probe_accuracy(train_feats: Array,
     standardised training features."""
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
-
     train_feats = _numpy(train_feats).astype(np.float64)
     train_labels = _numpy(train_labels)
-    mean = train_feats.mean(0)
-    std = train_feats.std(0)
+    mean, std = train_feats.mean(0), train_feats.std(0)
     std[std < 1e-8] = 1.  # constant features (e.g. empty border pixels)
-
-    def scale(x):
-        return (_numpy(x).astype(np.float64) - mean) / std
-
     scaled = {
-        name: (scale(feats), _numpy(labels))
-        for name, (feats, labels) in eval_sets.items()
+        n: ((_numpy(f).astype(np.float64) - mean) / std, _numpy(y))
+        for n, (f, y) in eval_sets.items()
     }
-    train_scaled = scale(train_feats)
+    train_scaled = (train_feats - mean) / std
     out: Dict[str, List[float]] = {name: [] for name in eval_sets}
-    # one BLAS thread: far faster here (docs/design_notes.md#cpu-speed-choices)
     with threadpool_limits(limits=1, user_api='blas'):
         for kept in subsets:
             clf = LogisticRegression(C=C, max_iter=5000)

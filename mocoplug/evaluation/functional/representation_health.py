@@ -39,9 +39,7 @@ def relative_parameter_distance(
                          f'long, non-empty lists, got {len(online)} and '
                          f'{len(target)} tensors')
     with torch.no_grad():
-        diff = torch.linalg.vector_norm(
-            torch.stack(
-                torch._foreach_norm(torch._foreach_sub(target, online))))
-        norm = torch.linalg.vector_norm(
-            torch.stack(torch._foreach_norm(online)))
+        diff, norm = (
+            torch.linalg.vector_norm(torch.stack(torch._foreach_norm(t)))
+            for t in (torch._foreach_sub(target, online), online))
     return diff / norm.clamp_min(1e-12)

@@ -47,10 +47,8 @@ def sharded_weighted_knn_accuracy(
     device = query.feats.device
     per_rank = max(1, query_chunk // world_size)
     sizes = torch.tensor([bank.ids.numel(), query.ids.numel()], device=device)
-    # rounds, and the feature width (a rank without queries has none)
-    widths = torch.tensor(
-        [math.ceil(query.ids.numel() / per_rank), query.feats.shape[-1]],
-        device=device)
+    own_rounds = math.ceil(query.ids.numel() / per_rank)
+    widths = torch.tensor([own_rounds, query.feats.shape[-1]], device=device)
     if world_size > 1:
         all_reduce(sizes)
         all_reduce(widths, op='max')
@@ -65,46 +63,29 @@ def sharded_weighted_knn_accuracy(
     correct = torch.zeros(len(topk), dtype=torch.long, device=device)
     for start in range(0, rounds * per_rank, per_rank):
         feats = query.feats[start:start + per_rank].reshape(-1, dim)
-        mine = feats.shape[0]
         rows = F.normalize(feats.float(), dim=1)
         ids = query.ids[start:start + per_rank]
         if world_size > 1:  # this round's queries of every rank, padded
             rows = torch.cat(all_gather(pad_rows(rows, per_rank, 0.)))
             ids = torch.cat(all_gather(pad_rows(ids, per_rank, -1)))
-        found = _search(rows, ids, bank, k_max, exclude_self, bank_chunk)
+        real = ids >= 0  # padding rows (id -1) get no neighbours
+        found = no_neighbours(rows.shape[0], k_max, rows.device)
+        if bool(real.any()):
+            own = ids[real] if exclude_self else None
+            part = nearest_neighbours(rows[real], bank.feats, bank.ids,
+                                      bank.labels, k_max, own, bank_chunk)
+            for whole, values in zip(found, part):
+                whole[real] = values
         if world_size > 1:  # the nearest of every rank's nearest
-            found = merge_neighbours([
-                Neighbours(*parts)
-                for parts in zip(*(all_gather(t) for t in found))
-            ], k_max)
-        found = Neighbours(*(t[rank * per_rank:rank * per_rank + mine]
-                             for t in found))
+            gathered = zip(*(all_gather(t) for t in found))
+            found = merge_neighbours([Neighbours(*p) for p in gathered], k_max)
+        lo = rank * per_rank  # this rank's queries of the round
+        found = Neighbours(*(t[lo:lo + feats.shape[0]] for t in found))
         labels = query.labels[start:start + per_rank].to(device)
         for i, k in enumerate(topk):
             votes = weighted_votes(found, k, num_classes, temperature)
             correct[i] += (votes.argmax(dim=1) == labels).sum()
     if world_size > 1:
         all_reduce(correct)
-    return {
-        f'top1_k{k}': count * 100 / num_query
-        for k, count in zip(topk, correct.tolist())
-    }
-
-
-def _search(rows: torch.Tensor, ids: torch.Tensor, bank: FeatureShard, k: int,
-            exclude_self: bool, bank_chunk: int) -> Neighbours:
-    """The neighbours of the real query rows in this rank's memory; padding
-    rows (id -1) get none."""
-    real = ids >= 0
-    if bool(real.all()):
-        return nearest_neighbours(rows, bank.feats, bank.ids, bank.labels, k,
-                                  ids if exclude_self else None, bank_chunk)
-    found = no_neighbours(rows.shape[0], k, rows.device)
-    if bool(real.any()):
-        part = nearest_neighbours(rows[real], bank.feats, bank.ids,
-                                  bank.labels, k,
-                                  ids[real] if exclude_self else None,
-                                  bank_chunk)
-        for whole, values in zip(found, part):
-            whole[real] = values
-    return found
+    counts = correct.tolist()
+    return {f'top1_k{k}': c * 100 / num_query for k, c in zip(topk, counts)}

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from .extract_features import FeatureShard
+from .knn_neighbours import Neighbours, weighted_votes
 from .sharded_weighted_knn import sharded_weighted_knn_accuracy
 
 
@@ -45,10 +46,8 @@ def weighted_knn_scores(query: torch.Tensor,
             rows = torch.arange(sim.shape[0], device=sim.device)
             sim[rows, start + rows] = float('-inf')
         top_sim, top_idx = sim.topk(k, dim=1)
-        votes = torch.zeros(sim.shape[0], num_classes, device=query.device)
-        votes.scatter_add_(1, bank_labels[top_idx],
-                           (top_sim / temperature).exp())
-        scores.append(votes)
+        found = Neighbours(top_sim, top_idx, bank_labels[top_idx])
+        scores.append(weighted_votes(found, k, num_classes, temperature))
     return torch.cat(scores)
 
 

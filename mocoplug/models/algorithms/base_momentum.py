@@ -27,8 +27,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
     Args:
         backbone, neck, head (dict): The backbone, projection neck and head.
         pretrained (str, optional): Checkpoint of the whole model to load.
-        data_preprocessor (dict, optional): ``SelfSupDataPreprocessor`` if
-            no type is given.
+        data_preprocessor (dict, optional): Untyped: SelfSupDataPreprocessor.
         init_cfg (dict or list[dict], optional): Initialization config dict.
         channels_last (bool): Channels-last 4-D weights and views.
         encoders_from (str, optional): A checkpoint whose query encoder
@@ -44,7 +43,6 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                  init_cfg: Optional[Union[List[dict], dict]] = None,
                  channels_last: bool = False,
                  encoders_from: Optional[str] = None) -> None:
-        # mocoplug's registry: mmpretrain's base would build in its own
         data_preprocessor = dict(data_preprocessor or {})
         data_preprocessor.setdefault('type', 'SelfSupDataPreprocessor')
         super().__init__(
@@ -54,11 +52,9 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             pretrained=pretrained,
             data_preprocessor=build_module(data_preprocessor),
             init_cfg=init_cfg)
-        self.channels_last = channels_last
-        self.encoders_from = encoders_from
+        self.channels_last, self.encoders_from = channels_last, encoders_from
         self._versions_at_start: Optional[Tuple[int, int]] = None
-        self._optimizer_stepped = False
-        self._key_encoder_seen_moving = False
+        self._optimizer_stepped = self._key_encoder_seen_moving = False
 
     def build_momentum_encoder(self) -> None:
         """Create ``self.momentum_encoder`` from the online modules."""
@@ -68,8 +64,7 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
             OrderedDict(
                 backbone=copy.deepcopy(self.backbone),
                 neck=copy.deepcopy(self.neck)))
-        for param in self.momentum_encoder.parameters():
-            param.requires_grad_(False)
+        self.momentum_encoder.requires_grad_(False)
 
     @torch.no_grad()
     def embed_keys(self, images: torch.Tensor) -> torch.Tensor:
@@ -108,11 +103,10 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
         copy them into the momentum encoder; a whole-model ``Pretrained``
         init_cfg keeps the checkpoint's momentum encoder."""
         super().init_weights()
-        init_cfg = self.init_cfg if isinstance(self.init_cfg,
-                                               list) else [self.init_cfg]
-        if any(
-                isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'
-                for cfg in init_cfg):
+        cfgs = self.init_cfg
+        cfgs = cfgs if isinstance(cfgs, list) else [cfgs]
+        if 'Pretrained' in (c.get('type') for c in cfgs
+                            if isinstance(c, dict)):
             return
         if self.encoders_from:
             load_encoder_checkpoint(self.encoders_from,
@@ -134,18 +128,14 @@ class BaseMomentumSelfSupervisor(BaseSelfSupervisor):
                 inputs: Union[torch.Tensor, List[torch.Tensor]],
                 data_samples: Optional[list] = None,
                 mode: str = 'tensor'):
-        """mmpretrain's forward; :meth:`check_key_encoder_moves` before each
-        training loss (DDP calls forward)."""
+        """mmpretrain's; :meth:`check_key_encoder_moves` before a loss."""
         if mode == 'loss' and self.training:
             self.check_key_encoder_moves()
         return super().forward(inputs, data_samples, mode)
 
-    # eager under torch.compile (mmengine's compile=True): traced, the
-    # version counters are read once and the check fails falsely
     @torch.compiler.disable
     def check_key_encoder_moves(self) -> None:
-        """Raise when an optimizer step has run but the momentum encoder was
-        never written (no host sync; stops once it moved)."""
+        """Raise if an optimizer step ran, the momentum encoder never moved."""
         if self._key_encoder_seen_moving:
             return
         versions = tuple(

@@ -20,8 +20,7 @@ CHOOSE = ("'ddp' on several GPUs/processes, 'split' on one GPU or CPU, "
 
 @MODELS.register_module()
 class MoCo(BaseMomentumSelfSupervisor):
-    """MoCo v1 and v2: momentum contrast with a queue of negative keys.
-
+    """MoCo v1 and v2, momentum contrast with a queue of negative keys:
     `Momentum Contrast for Unsupervised Visual Representation Learning
     <https://arxiv.org/abs/1911.05722>`_ (He et al., CVPR 2020) and
     `Improved Baselines with Momentum Contrastive Learning
@@ -50,8 +49,7 @@ class MoCo(BaseMomentumSelfSupervisor):
             raise ValueError(f'MoCo: shuffle_bn must be one of '
                              f'{SHUFFLE_BN_MODES}, got {shuffle_bn!r}: '
                              f'{CHOOSE}')
-        self.shuffle_bn = shuffle_bn
-        self.num_splits = num_splits
+        self.shuffle_bn, self.num_splits = shuffle_bn, num_splits
         if shuffle_bn == 'split':
             if not any(type(m) in SPLITTABLE for m in self.modules()):
                 raise ValueError("MoCo: shuffle_bn='split' found no "
@@ -89,9 +87,7 @@ class MoCo(BaseMomentumSelfSupervisor):
         """``loss`` and ``contrast_acc`` of [query, key] views, then enqueue
         the keys (Algorithm 1 of the paper)."""
         im_q, im_k = self.views(inputs, 'MoCo')
-        ids = None
-        if self.queue.exclude_same_instance:
-            ids = sample_indices(data_samples, im_q.device)
+        ids = sample_indices(self.queue, data_samples, im_q.device)
         query = F.normalize(
             at_least_float32(self.neck(self.backbone(im_q))[0]), dim=1)
         key = self.encode_keys(im_k)  # no gradient, under Shuffle BN
@@ -101,9 +97,11 @@ class MoCo(BaseMomentumSelfSupervisor):
         return losses
 
 
-def sample_indices(data_samples: Optional[List[DataSample]],
-                   device: torch.device) -> torch.Tensor:
-    """The batch's ``sample_idx`` on ``device``, without a host wait."""
+def sample_indices(queue, data_samples: Optional[List[DataSample]],
+                   device: torch.device) -> Optional[torch.Tensor]:
+    """``sample_idx`` on ``device`` where ``queue`` needs them, else None."""
+    if queue is None or not queue.exclude_same_instance:
+        return None
     if not data_samples or 'sample_idx' not in data_samples[0]:
         raise ValueError("exclude_same_instance=True needs 'sample_idx' in "
                          "PackInputs' meta_keys")

@@ -14,9 +14,8 @@ from .moco import sample_indices
 
 @MODELS.register_module()
 class MoCoV3(BaseMomentumSelfSupervisor):
-    """MoCo v3: symmetric momentum contrast with in-batch negatives.
-
-    `An Empirical Study of Training Self-Supervised Vision Transformers
+    """MoCo v3, symmetric momentum contrast with in-batch negatives: `An
+    Empirical Study of Training Self-Supervised Vision Transformers
     <https://arxiv.org/abs/2104.02057>`_ (Chen, Xie, He, ICCV 2021).
 
     Args:
@@ -48,7 +47,6 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                  ids: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
         """InfoNCE of queries (N, C) against the other view's keys (N, C),
         neither normalised; ``ids``: dataset indices for the queue."""
-        # float32 or wider: no overflow at 1/t under autocast
         query = F.normalize(at_least_float32(query), dim=1)
         key = F.normalize(at_least_float32(key), dim=1)
         if self.queue is not None:
@@ -57,10 +55,7 @@ class MoCoV3(BaseMomentumSelfSupervisor):
                                  "the neck's out_channels")
             return self.head(query, key, self.queue(),
                              self.queue.same_instance_mask(ids))
-        # In-batch negatives of the global batch (equal batches per rank),
-        # less the positive's column, key rank * N + i.
-        n = query.shape[0]
-        world_size = get_world_size()
+        n, world_size = query.shape[0], get_world_size()
         keys = torch.cat(all_gather(key), dim=0) if world_size > 1 else key
         mask = torch.zeros(
             n, keys.shape[0], dtype=torch.bool, device=query.device)
@@ -69,19 +64,15 @@ class MoCoV3(BaseMomentumSelfSupervisor):
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """``loss`` ``ctr(q1, k2) + ctr(q2, k1)`` and the mean
-        ``contrast_acc``."""
+        """``loss`` ``ctr(q1, k2) + ctr(q2, k1)``; mean ``contrast_acc``."""
         view_1, view_2 = self.views(inputs, 'MoCoV3')
-        ids = None
-        if self.queue is not None and self.queue.exclude_same_instance:
-            ids = sample_indices(data_samples, view_1.device)
+        ids = sample_indices(self.queue, data_samples, view_1.device)
         q1 = self.predictor(self.neck(self.backbone(view_1)))[0]
         q2 = self.predictor(self.neck(self.backbone(view_2)))[0]
         with torch.no_grad():
             k1 = self.momentum_encoder(view_1)[0]
             k2 = self.momentum_encoder(view_2)[0]
-        term_1 = self.contrast(q1, k2, ids)
-        term_2 = self.contrast(q2, k1, ids)
+        term_1, term_2 = self.contrast(q1, k2, ids), self.contrast(q2, k1, ids)
         if self.queue is not None:  # negatives from the next step on
             keys = F.normalize(at_least_float32(torch.cat([k1, k2])), dim=1)
             self.queue.enqueue(keys,

@@ -17,7 +17,6 @@ class SmallConvNet(BaseModule):
     Args:
         in_channels (int): Input channels. Defaults to 3.
         channels (Sequence[int]): Output channels of each conv layer.
-            Defaults to ``(32, 64, 128, 256)``.
         pool_after (Sequence[int]): Layers followed by a 2x2 max-pool.
             Defaults to ``(0, 1, 2)`` (32 px -> 4 px).
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='BN')``.
@@ -46,8 +45,7 @@ class SmallConvNet(BaseModule):
             if i in pool_after:
                 layers.append(nn.MaxPool2d(2))
             in_channels = out
-        self.layers = nn.Sequential(*layers)
-        self.out_channels = channels[-1]
+        self.layers, self.out_channels = nn.Sequential(*layers), channels[-1]
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor]:
         """The last feature map, in a tuple as mmpretrain's backbones."""

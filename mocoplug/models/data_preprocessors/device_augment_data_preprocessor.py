@@ -58,8 +58,7 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
             [PhotometricViewAugment(p) for p in transforms], num_views)
         self.seed = _shared_seed() if seed is None else int(seed)
         self.register_buffer(STATE_KEY, torch.zeros(0, dtype=torch.uint8))
-        self._generator: Optional[torch.Generator] = None
-        self._loaded_state: Optional[torch.Tensor] = None
+        self._generator = self._loaded_state = None
         self._has_drawn = False
 
     def _generator_on(self, device: torch.device) -> torch.Generator:
@@ -80,7 +79,6 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
             try:
                 generator.set_state(state.cpu())
             except (RuntimeError, ValueError):
-                # a state of another kind of generator (CPU vs CUDA)
                 generator.manual_seed(_seed_from_state(state))
                 print_log(
                     'DeviceAugmentDataPreprocessor: the saved generator state '
@@ -103,7 +101,6 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
             error_msgs.append(f'{key}: a uint8 generator state expected, '
                               f'got {state.dtype}')
         elif state is not None and state.numel():
-            # take the saved size, then let the base class copy it in
             setattr(
                 self, STATE_KEY,
                 torch.empty_like(state, device=self.generator_state.device))
@@ -122,13 +119,12 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                                  f'{index} needs a RandomResizedCrop')
             scale = crop['scale']
             scale = (scale, scale) if isinstance(scale, int) else scale
-            width, height = scale[0], scale[1]
             mode = crop.get('interpolation', 'bilinear')
             if mode not in ('bilinear', 'bicubic'):
                 raise ValueError('DeviceAugmentDataPreprocessor: '
                                  "interpolation 'bilinear' or 'bicubic', "
                                  f'not {mode!r}')
-            sizes.append((int(height), int(width)))
+            sizes.append((int(scale[1]), int(scale[0])))  # (height, width)
             modes.append(mode)
         return sizes, modes
 
@@ -147,9 +143,7 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
             f'(CropBoxMultiView), got {type(inputs).__name__}')
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        """Augment and normalise the views in training, in float32 whatever
-        the autocast (mmengine runs this inside the optimizer wrapper's);
-        otherwise as ``SelfSupDataPreprocessor``."""
+        """Training: augment, normalise in float32, autocast off; else base."""
         if not training:
             return super().forward(data, training)
         with torch.autocast(torch.device(self.device).type, enabled=False):
@@ -179,5 +173,4 @@ class DeviceAugmentDataPreprocessor(SelfSupDataPreprocessor):
                 images = (images - self.mean) / self.std
             outputs.append(images)
         self._has_drawn = True
-        # the samples stay on the host: MoCo reads only their metainfo
         return dict(inputs=outputs, data_samples=data.get('data_samples'))

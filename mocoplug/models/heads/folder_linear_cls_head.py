@@ -6,10 +6,9 @@ from mocoplug.registry import MODELS
 
 @MODELS.register_module()
 class FolderLinearClsHead(LinearClsHead):
-    """mmpretrain's ``LinearClsHead`` whose ``num_classes``, None in the
-    ``*_folder`` configs, :class:`~mocoplug.engine.runner.MoCoRunner` fills
-    from ``data_root``'s class folders; built with None it says how to fix
-    it. Arguments: as ``LinearClsHead``."""
+    """mmpretrain's ``LinearClsHead`` (its arguments) whose ``num_classes``,
+    None in ``*_folder`` configs, :class:`~mocoplug.engine.runner.MoCoRunner`
+    fills from ``data_root``'s class folders; None raises how to fix it."""
 
     def __init__(self, num_classes, in_channels, **kwargs) -> None:
         if num_classes is None:

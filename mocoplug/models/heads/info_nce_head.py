@@ -4,6 +4,7 @@ from typing import Dict, List, Optional, Union
 import torch
 from mmengine.model import BaseModule
 from mmpretrain.models.losses import CrossEntropyLoss
+from torch import Tensor
 
 from mocoplug.registry import MODELS
 from ..utils.fused_info_nce import fused_info_nce
@@ -30,37 +31,28 @@ class InfoNCEHead(BaseModule):
         if temperature <= 0:
             raise ValueError('InfoNCEHead: `temperature` must be > 0, got '
                              f'{temperature}')
-        self.temperature = temperature
-        self.loss_module = MODELS.build(loss)
+        self.temperature, self.loss_module = temperature, MODELS.build(loss)
 
-    def loss(
-            self,
-            pos: torch.Tensor,
-            neg: torch.Tensor,
-            neg_mask: Optional[torch.Tensor] = None
-    ) -> Dict[str, torch.Tensor]:
+    def loss(self,
+             pos: Tensor,
+             neg: Tensor,
+             neg_mask: Optional[Tensor] = None) -> Dict[str, Tensor]:
         """``loss`` and ``contrast_acc`` from positive (N, 1) and negative
         (N, K) similarities, less those ``neg_mask`` flags."""
         if neg_mask is not None:
             neg = neg.masked_fill(neg_mask, float('-inf'))
-        # in place: one (N, K + 1) buffer fewer, autograd allows it
         logits = torch.cat((pos, neg), dim=1).div_(self.temperature)
-        labels = torch.zeros(
-            logits.shape[0], dtype=torch.long, device=logits.device)
+        labels = logits.new_zeros(logits.shape[0], dtype=torch.long)
         loss = self.loss_module(logits, labels)
         with torch.no_grad():
-            # a tie counts as a miss, as the usual top-1 on logits
-            hits = neg.max(dim=1).values < pos.squeeze(1)
-            acc = hits.float().mean() * 100
+            acc = (neg.max(dim=1).values < pos.squeeze(1)).float().mean() * 100
         return dict(loss=loss, contrast_acc=acc)
 
-    def loss_against(
-            self,
-            query: torch.Tensor,
-            key: torch.Tensor,
-            negatives: torch.Tensor,
-            neg_mask: Optional[torch.Tensor] = None
-    ) -> Dict[str, torch.Tensor]:
+    def loss_against(self,
+                     query: Tensor,
+                     key: Tensor,
+                     negatives: Tensor,
+                     neg_mask: Optional[Tensor] = None) -> Dict[str, Tensor]:
         """:meth:`loss` from L2-normalised queries, keys (N, C) and negatives
         (M, C); fused for the default loss when the keys need no gradient."""
         ce = self.loss_module  # fused: the plain softmax cross-entropy
@@ -80,6 +72,6 @@ class InfoNCEHead(BaseModule):
             neg = query @ negatives.to(dtype).t()
         return self.loss(pos, neg, neg_mask)
 
-    def forward(self, *args, **kwargs) -> Dict[str, torch.Tensor]:
+    def forward(self, *args, **kwargs) -> Dict[str, Tensor]:
         """Same as :meth:`loss_against` (so forward hooks see its inputs)."""
         return self.loss_against(*args, **kwargs)

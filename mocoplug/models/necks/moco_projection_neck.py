@@ -61,10 +61,8 @@ class MoCoProjectionNeck(BaseModule):
                     layers.append(build_norm_layer(norm_cfg, dim_out)[1])
                 layers.append(nn.ReLU(inplace=True))
             elif with_last_bn:
-                layers.append(
-                    build_norm_layer(
-                        dict(norm_cfg, affine=with_last_bn_affine),
-                        dim_out)[1])
+                last_cfg = dict(norm_cfg, affine=with_last_bn_affine)
+                layers.append(build_norm_layer(last_cfg, dim_out)[1])
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, x: Tuple[torch.Tensor]) -> Tuple[torch.Tensor]:

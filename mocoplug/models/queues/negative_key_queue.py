@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from mmengine.dist import all_gather, get_world_size
 from mmengine.model import BaseModule
+from torch import Tensor
 
 from mocoplug.registry import MODELS
 from ..utils.precision import similarity_dtype
@@ -37,29 +38,23 @@ class NegativeKeyQueue(BaseModule):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f'NegativeKeyQueue: `{name}` must be a '
                                  f'positive int, got {value!r}')
-        self.size = size
-        self.dim = dim
-        self.gather = gather
+        self.size, self.dim, self.gather = size, dim, gather
         self.exclude_same_instance = exclude_same_instance
         self.register_buffer('keys',
                              F.normalize(torch.randn(size, dim), dim=1))
         self.register_buffer('ptr', torch.zeros((), dtype=torch.long))
         if exclude_same_instance:
-            # -1 marks the random initial keys, which belong to no image.
             self.register_buffer('ids',
                                  torch.full((size, ), -1, dtype=torch.long))
-        # Batches (keys, ids) enqueued and not yet written, in order.
-        self._pending: List[Tuple[torch.Tensor, Optional[torch.Tensor]]] = []
-        self.register_forward_pre_hook(_write_pending_before_forward)
+        self._pending: List[Tuple[Tensor, Optional[Tensor]]] = []
+        self.register_forward_pre_hook(NegativeKeyQueue._write_pending)
 
-    def forward(self) -> torch.Tensor:
+    def forward(self) -> Tensor:
         """The queued keys (K, C), the buffer itself."""
         return self.keys
 
     @torch.no_grad()
-    def enqueue(self,
-                keys: torch.Tensor,
-                ids: Optional[torch.Tensor] = None) -> None:
+    def enqueue(self, keys: Tensor, ids: Optional[Tensor] = None) -> None:
         """Push L2-normalised keys (N, C) and, with
         ``exclude_same_instance``, their dataset indices (N,)."""
         if keys.dim() != 2 or keys.shape[1] != self.dim:
@@ -73,23 +68,20 @@ class NegativeKeyQueue(BaseModule):
             keys = torch.cat(all_gather(keys), dim=0)
             if self.exclude_same_instance:
                 ids = torch.cat(all_gather(ids.to(keys.device)), dim=0)
-        keys = keys.detach().to(self.keys.dtype)
-        if self.exclude_same_instance:
-            ids = ids.to(self.keys.device, torch.long)
-        self._pending.append(
-            (keys, ids if self.exclude_same_instance else None))
+        self._pending.append((keys.detach().to(self.keys.dtype),
+                              ids.to(self.keys.device, torch.long)
+                              if self.exclude_same_instance else None))
 
     @torch.no_grad()
-    def _write_pending(self) -> None:
-        """Write the pending batches into the buffers, in order."""
+    def _write_pending(self, *hook_args) -> None:
+        """Write the pending batches, in order (also before each forward)."""
         pending, self._pending = self._pending, []
         for keys, ids in pending:
             write_ring(self.keys, self.ptr, getattr(self, 'ids', None), keys,
                        ids)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        """Save as if the pending keys were written (a backward may still
-        need the buffer)."""
+        """Save as if the pending keys were written (the buffer as it is)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if not self._pending:
             return
@@ -105,8 +97,7 @@ class NegativeKeyQueue(BaseModule):
         self._pending = []
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def same_instance_mask(
-            self, ids: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def same_instance_mask(self, ids: Optional[Tensor]) -> Optional[Tensor]:
         """Bool (N, K), True where a queued key is of the query's image
         (``ids``: dataset indices); None unless ``exclude_same_instance``."""
         if not self.exclude_same_instance:
@@ -118,8 +109,7 @@ class NegativeKeyQueue(BaseModule):
         return ids.to(self.ids.device).view(-1, 1) == self.ids.view(1, -1)
 
     def _apply(self, fn, *args, **kwargs):
-        """Write the pending keys, then convert; keys never drop below
-        ``float32`` (nor round through a lower precision)."""
+        """Write the pending keys, then convert; keys stay float32 or wider."""
         self._write_pending()
         keys = self.keys
         super()._apply(fn, *args, **kwargs)
@@ -132,17 +122,10 @@ class NegativeKeyQueue(BaseModule):
                 f'exclude_same_instance={self.exclude_same_instance}')
 
 
-def _write_pending_before_forward(queue: NegativeKeyQueue, args) -> None:
-    """Forward pre-hook: every read of the queue sees every enqueued key."""
-    queue._write_pending()
-
-
 @torch.no_grad()
-def write_ring(buffer: torch.Tensor, ptr: torch.Tensor,
-               id_buffer: Optional[torch.Tensor], keys: torch.Tensor,
-               ids: Optional[torch.Tensor]) -> None:
-    """Write a batch into a ring buffer in place, advancing ``ptr``, as if
-    key by key, without a host sync."""
+def write_ring(buffer: Tensor, ptr: Tensor, id_buffer: Optional[Tensor],
+               keys: Tensor, ids: Optional[Tensor]) -> None:
+    """Write keys into a ring buffer in place, advancing ``ptr``, in order."""
     size, n = buffer.shape[0], keys.shape[0]
     offset = max(n - size, 0)
     keys = keys[offset:].to(buffer.dtype)

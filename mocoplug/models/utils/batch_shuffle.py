@@ -16,10 +16,9 @@ def _gather(x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def batch_shuffle_ddp(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Gather the batches of all processes, permute the global batch with a
-    permutation rank 0 draws with the device's default generator (on CPU
-    mmpretrain's very draw), and return this process's N images and the
-    permutation (W * N,) for :func:`batch_unshuffle_ddp`."""
+    """Gather all processes' batches, permute the global batch by a permutation
+    rank 0 draws with the device's default generator, and return this process's
+    N images and the permutation (W * N,) for :func:`batch_unshuffle_ddp`."""
     x_all = _gather(x)
     if dist.get_rank() == 0:
         perm = torch.randperm(x_all.shape[0], device=x.device)
@@ -31,9 +30,6 @@ def batch_shuffle_ddp(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def batch_unshuffle_ddp(y: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-    """Undo :func:`batch_shuffle_ddp` on the encoded slice ``y`` (N, ...):
-    row i of the result belongs to input image i."""
-    # row j of the gathered output encodes global image perm[j]
-    unshuffle = torch.argsort(perm)
-    rows = unshuffle.view(dist.get_world_size(), -1)[dist.get_rank()]
+    """Undo :func:`batch_shuffle_ddp` on the encoded slice ``y`` (N, ...)."""
+    rows = torch.argsort(perm).view(dist.get_world_size(), -1)[dist.get_rank()]
     return _gather(y)[rows]

@@ -11,8 +11,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
-# name, backbone prefix, projector prefixes, predictor prefixes, keys under
-# the backbone prefix that are not the backbone's (projector, classifier)
+# name, backbone prefix, neck prefixes, predictor prefixes, non-backbone keys
 Layout = Tuple[str, str, Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]
 LAYOUTS: List[Layout] = [
     ('mocoplug / mmpretrain / mmselfsup', 'backbone.', ('neck.', ),
@@ -27,12 +26,9 @@ LAYOUTS: List[Layout] = [
     ('a bare backbone saved wrapped (DataParallel)', 'module.', (), (),
      ('fc.', 'head.')),
 ]
-# left on purpose: key encoders, queues, mmselfsup 0.x's encoder_q (a copy
-# of backbone and neck) and a bare backbone's classifier (its skipped keys)
 UNREAD = ('module.encoder_k.', 'module.momentum_encoder.', 'momentum_encoder.',
           'encoder_k.', 'encoder_q.', 'module.queue', 'queue')
-# timm's ViT (official MoCo v3, vits.py) and mmpretrain's VisionTransformer
-# name prefixes; '#' is a block index
+# timm's ViT and mmpretrain's VisionTransformer prefixes ('#': a block)
 VIT_NAMES = [('patch_embed.proj.', 'patch_embed.projection.'),
              ('blocks.#.norm1.', 'layers.#.ln1.'),
              ('blocks.#.norm2.', 'layers.#.ln2.'),
@@ -79,8 +75,7 @@ def prefixes(keys: List[str], depth: int = 2, limit: int = 8) -> str:
 def _under(state: Dict[str, torch.Tensor],
            prefix: str,
            skip: Tuple[str, ...] = ()) -> Dict[str, torch.Tensor]:
-    """The tensors under ``prefix``, less those under ``prefix + skip``,
-    with the prefix removed."""
+    """The tensors under ``prefix`` (less ``prefix + skip``), unprefixed."""
     n = len(prefix)
     return {
         k[n:]: v
@@ -116,8 +111,7 @@ def checkpoint_state(path: str,
 def adapt_stem(weight: torch.Tensor, bands: int) -> torch.Tensor:
     """An RGB stem's weight (out, 3, k, k) for ``bands`` input bands by
     timm's ``adapt_input_conv`` rule: summed over RGB for 1 band; else RGB
-    repeated to ``bands`` and scaled by 3 / bands (the response's scale
-    kept: a grey image's exactly where the bands are whole repeats)."""
+    repeated to ``bands`` and scaled by 3 / bands."""
     if bands == 1:
         return weight.sum(dim=1, keepdim=True)
     repeat = -(-bands // weight.shape[1])
@@ -131,50 +125,37 @@ def fit_layout(state: Dict[str, torch.Tensor],
                keep_init: Tuple[str, ...] = (),
                unread: Tuple[str, ...] = (),
                stems: Optional[list] = None) -> Tuple[Layout, dict]:
-    """The one loading rule: the first layout (``prefix`` first, then
-    ``LAYOUTS``) under which ``state`` gives every tensor of ``module``
-    (``num_batches_tracked`` may be absent) at its shape and nothing else;
-    timm ViT names are read as mmpretrain's. ``keep_init`` (module key
-    prefixes) stay at their init, ``unread`` (checkpoint key prefixes, the
-    layout's prefix removed, the checkpoint's names) are meant for other
-    modules, ``variable_size_state`` entries are the device's: the two
-    prefixes stated by
-    the caller, never inferred. With ``stems`` (a list), an RGB weight for
-    the module's first convolution of other input bands is adapted by
-    :func:`adapt_stem` and its name appended. Returns the layout and the
-    tensors to load; ValueError naming ``what``, the layouts tried and
-    their counts."""
-    variable = variable_size_state(module)  # a generator's state
-    target = {
-        k: v
-        for k, v in module.state_dict().items()
-        if not k.startswith(keep_init) and k not in variable
-    }
+    """The first layout (``prefix`` first, then ``LAYOUTS``) under which
+    ``state`` gives every tensor of ``module`` (``num_batches_tracked``
+    optional) at its shape and nothing else (timm ViT names read as
+    mmpretrain's). ``keep_init``: module key prefixes left at init;
+    ``unread``: checkpoint key prefixes (layout prefix removed) for other
+    modules; ``stems`` (a list): an RGB stem is adapted (:func:`adapt_stem`),
+    its name appended. Returns the layout and the tensors to load;
+    ValueError naming ``what`` and the layouts tried."""
+    variable = variable_size_state(module)
+
+    def own(items):  # less the keys kept at init and the device's
+        return {
+            k: v
+            for k, v in items
+            if not k.startswith(keep_init) and k not in variable
+        }
+
+    target = own(module.state_dict().items())
     required = [k for k in target if not k.endswith('num_batches_tracked')]
-    layouts = [lay for lay in LAYOUTS if lay[1] != prefix]
+    layouts, tried = [lay for lay in LAYOUTS if lay[1] != prefix], []
     if prefix is not None:
         given = [lay for lay in LAYOUTS if lay[1] == prefix]
         layouts = (given or [(f'init_cfg.prefix={prefix!r}', prefix, (), (),
                               ())]) + layouts
-    tried = []
     for layout in layouts:
         name, where, _, _, skip = layout
-        # a classifier is skipped unless the module has one (a whole model)
         skip = tuple(
             s for s in skip if not any(k.startswith(s) for k in target))
-        source = {
-            k: v
-            for k, v in _under(state, where, skip).items()
-            if not k.startswith(unread)
-        }
+        source = _under(state, where, skip + tuple(unread))
         timm = 'patch_embed.proj.weight' in source.keys() - target.keys()
-        if timm:
-            source = rename_vit(source)
-        source = {
-            k: v
-            for k, v in source.items()
-            if not k.startswith(keep_init) and k not in variable
-        }
+        source = own((rename_vit(source) if timm else source).items())
         stem = next((k for k, v in target.items() if v.dim() == 4), None)
         adapted = stems is not None and stem in source and \
             source[stem].dim() == 4 and source[stem].shape[1] == 3 and \
@@ -232,14 +213,11 @@ def load_encoder_checkpoint(
     and predictor into ``predictor`` where all shapes agree. Tensors left
     unread (but the key encoder, queue, classifier) are logged as WARNING.
     Returns ``layout``, ``neck``, ``predictor`` ('loaded' or why fresh)."""
-    state = checkpoint_state(path, 'encoders_from')
-    stems = []
+    state, stems = checkpoint_state(path, 'encoders_from'), []
     (name, prefix, heads, preds, skip), loaded = fit_layout(
         state, backbone, f'encoders_from={path!r}', stems=stems)
-    required = [
-        k for k in backbone.state_dict()
-        if not k.endswith('num_batches_tracked')
-    ]
+    required = sum(not k.endswith('num_batches_tracked')
+                   for k in backbone.state_dict())
     backbone.load_state_dict(loaded, strict=False)
     read = {prefix + k for k in _under(state, prefix, skip)}
     report = dict(layout=name)
@@ -260,11 +238,10 @@ def load_encoder_checkpoint(
         report[part] = 'loaded' if fit is not None else (
             f"fresh: the checkpoint's {head}* ({len(have)} tensors) does not "
             f'fit' if have else 'fresh: the checkpoint has none')
-    # a bare backbone's classifier (a layout without heads) is not read
     left = UNREAD + (() if heads or preds else tuple(prefix + s for s in skip))
     unread = [k for k in state if k not in read and not k.startswith(left)]
     print_log(
-        f'encoders_from: both encoders start from {path} ({len(required)} '
+        f'encoders_from: both encoders start from {path} ({required} '
         'backbone tensors); ' + '; '.join(f'{k} {v}'
                                           for k, v in report.items()) +
         (f'; NOT LOADED: {prefixes(unread, depth=3)}' if unread else ''),

@@ -7,7 +7,6 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-# 224 px only if a backbone refuses 32 px (1/50 of the cost for ResNet-50)
 PROBE_SIZES = (32, 224)
 
 

@@ -2,6 +2,7 @@
 from typing import Optional, Tuple
 
 import torch
+from torch import Tensor
 
 from .precision import similarity_dtype
 
@@ -11,21 +12,17 @@ class _InfoNCEAgainstBank(torch.autograd.Function):
     once, never copied (docs/design_notes.md, "The fused loss")."""
 
     @staticmethod
-    def forward(ctx, query: torch.Tensor, key: torch.Tensor,
-                bank: torch.Tensor, inv_tau: float,
-                neg_mask: Optional[torch.Tensor]):
+    def forward(ctx, query: Tensor, key: Tensor, bank: Tensor, inv_tau: float,
+                neg_mask: Optional[Tensor]):
         with torch.autocast(query.device.type, enabled=False):
-            # at least float32: a float32 queue is read as it is (no copy)
             dtype = similarity_dtype(query, key, bank)
-            bank = bank.to(dtype)
-            key = key.to(dtype)
+            bank, key = bank.to(dtype), key.to(dtype)
             scaled = query.to(dtype) * inv_tau
             neg = scaled @ bank.t()  # (N, M): the only buffer of that size
             if neg_mask is not None:
                 neg.masked_fill_(neg_mask, float('-inf'))
             pos = (scaled * key).sum(dim=1)
             neg_max = neg.amax(dim=1)
-            # a tie counts as a miss, as the usual top-1 on logits
             hits = neg_max < pos
             shift = torch.maximum(neg_max, pos)
             weights = neg.sub_(shift[:, None]).exp_()  # exp(logit - shift)
@@ -33,16 +30,14 @@ class _InfoNCEAgainstBank(torch.autograd.Function):
             total = weights.sum(dim=1) + pos_weight
             loss = (shift + total.log() - pos).mean()
         ctx.save_for_backward(weights, pos_weight, total, key, bank)
-        ctx.inv_tau = inv_tau
-        ctx.query_dtype = query.dtype
+        ctx.inv_tau, ctx.query_dtype = inv_tau, query.dtype
         ctx.mark_non_differentiable(hits)
         return loss, hits
 
     @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor, grad_hits: torch.Tensor):
+    def backward(ctx, grad_loss: Tensor, grad_hits: Tensor):
         weights, pos_weight, total, key, bank = ctx.saved_tensors
         with torch.autocast(weights.device.type, enabled=False):
-            # d loss_i / d logit_ij = softmax_ij; mean over the N queries
             row = grad_loss / (weights.shape[0] * total)
             grad_scaled = (weights @ bank) * row[:, None]
             grad_scaled += (pos_weight * row -
@@ -51,13 +46,11 @@ class _InfoNCEAgainstBank(torch.autograd.Function):
         return grad_query, None, None, None, None
 
 
-def fused_info_nce(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    bank: torch.Tensor,
-    temperature: float,
-    neg_mask: Optional[torch.Tensor] = None
-) -> Tuple[torch.Tensor, torch.Tensor]:
+def fused_info_nce(query: Tensor,
+                   key: Tensor,
+                   bank: Tensor,
+                   temperature: float,
+                   neg_mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """The InfoNCE loss of `Momentum Contrast for Unsupervised Visual
     Representation Learning <https://arxiv.org/abs/1911.05722>`_, eq. (1),
     of L2-normalised queries, keys (N, C) and ``bank`` (M, C) less the

@@ -10,21 +10,15 @@ from mocoplug.registry import WEIGHT_INITIALIZERS
 from .encoder_checkpoint import checkpoint_state, fit_layout, prefixes
 
 
-# Named 'Pretrained' on purpose: mmpretrain's backbones skip their own
-# re-initialisation only for that type (`_scope_='mocoplug'` selects it).
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class MoCoPretrainedInit(PretrainedInit):
     """Initialise a module from the query encoder of a MoCo checkpoint, as
     `Momentum Contrast for Unsupervised Visual Representation Learning
-    <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2) transfers, by the rule
-    ``encoders_from`` follows (``fit_layout``): every tensor of the module
-    at its shape, under ``prefix`` or a known layout (mocoplug / mmpretrain
-    / mmselfsup, official v1/v2/v3, timm ViT names, a bare backbone), else
-    ValueError naming the layouts and counts. A partial load is stated.
+    <https://arxiv.org/abs/1911.05722>`_ (Sec. 4.2) transfers, by
+    :func:`fit_layout` (every tensor at its shape, else ValueError).
 
     Args:
-        checkpoint (str, optional): Path of the checkpoint (``pretrained``
-            fills it).
+        checkpoint (str, optional): Checkpoint path (``pretrained`` fills it).
         prefix (str, optional): Key prefix tried first, removed
             (``'backbone.'``); None tries the known layouts only.
         keep_init (Sequence[str]): Prefixes of the module's keys that keep
@@ -40,10 +34,8 @@ class MoCoPretrainedInit(PretrainedInit):
                  keep_init: Sequence[str] = (),
                  unread: Sequence[str] = (),
                  map_location: str = 'cpu') -> None:
-        self.checkpoint = checkpoint
-        self.prefix = prefix
-        self.keep_init = tuple(keep_init)
-        self.unread = tuple(unread)
+        self.checkpoint, self.prefix = checkpoint, prefix
+        self.keep_init, self.unread = tuple(keep_init), tuple(unread)
         self.map_location = map_location
 
     def __call__(self, module: nn.Module) -> None:

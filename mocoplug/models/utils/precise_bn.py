@@ -19,11 +19,9 @@ def precise_bn_stats(model: nn.Module,
     <https://arxiv.org/abs/2105.07576>`_). ``forward`` runs the model on a
     batch (default: its training forward). Returns the batches used (0, the
     model untouched, without BN in training mode)."""
-    if forward is None:
-
-        def forward(data):
-            return model(**model.data_preprocessor(data, True), mode='loss')
-
+    forward = (
+        lambda data: model(**model.data_preprocessor(data, True), mode='loss')
+    ) if forward is None else forward
     bns: List[_BatchNorm] = [
         m for m in model.modules()
         if isinstance(m, _BatchNorm) and m.training and m.track_running_stats

@@ -6,7 +6,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mocoplug.registry import MODELS
 
-# the plain BN layers SplitBatchNorm replaces (not SyncBN, not subclasses)
 SPLITTABLE = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
@@ -22,8 +21,7 @@ def memory_format(x: torch.Tensor) -> torch.memory_format:
 
 
 class _ToMemoryFormat(torch.autograd.Function):
-    """A copy of ``x`` in ``layout`` whose gradient comes back in ``x``'s
-    format (autograd's ``contiguous`` keeps the gradient's)."""
+    """A copy of ``x`` in ``layout``, its gradient back in ``x``'s format."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor,
@@ -72,7 +70,6 @@ class SplitBatchNorm(_BatchNorm):
                 f'SplitBatchNorm: batch {n} < num_splits {splits}: lower '
                 'model.num_splits to a divisor of the per-process batch, or '
                 'raise the batch size')
-        # momentum None: _store_running does the cumulative average
         momentum = 1.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
             self.num_batches_tracked.add_(1)
@@ -91,8 +88,7 @@ class SplitBatchNorm(_BatchNorm):
             if layout != torch.contiguous_format:
                 out = _ToMemoryFormat.apply(out, layout)
             return out
-        out = torch.empty_like(x)
-        means, vars_ = [], []
+        out, means, vars_ = torch.empty_like(x), [], []
         for g in range(splits):
             mean, var = self.running_mean.clone(), self.running_var.clone()
             out[g::splits] = F.batch_norm(x[g::splits], mean, var, self.weight,
@@ -119,13 +115,10 @@ class SplitBatchNorm(_BatchNorm):
         """Replace, in place, every plain BatchNorm{1,2,3}d in ``module`` by a
         split one sharing its tensors; returns ``module`` or the new layer."""
         if type(module) in SPLITTABLE:
-            new = cls(
-                module.num_features,
-                num_splits,
-                eps=module.eps,
-                momentum=module.momentum,
-                affine=module.affine,
-                track_running_stats=module.track_running_stats)
+            names = ('eps', 'momentum', 'affine', 'track_running_stats')
+            new = cls(module.num_features, num_splits,
+                      **{k: getattr(module, k)
+                         for k in names})
             if module.affine:
                 new.weight, new.bias = module.weight, module.bias
             if module.track_running_stats:
@@ -135,7 +128,5 @@ class SplitBatchNorm(_BatchNorm):
             new.train(module.training)
             return new
         for name, child in module.named_children():
-            new_child = cls.convert(child, num_splits)
-            if new_child is not child:
-                setattr(module, name, new_child)
+            setattr(module, name, cls.convert(child, num_splits))
         return module

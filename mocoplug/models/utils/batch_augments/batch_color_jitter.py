@@ -5,6 +5,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import Tensor
 
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)  # mmpretrain's indices
 NO_OP = -1
@@ -12,22 +13,19 @@ FACTOR_NAMES = ('brightness', 'contrast', 'saturation', 'hue')
 _EPS = float(np.finfo(np.float32).eps)  # OpenCV's FLT_EPSILON
 
 
-def pil_luma(images: torch.Tensor) -> torch.Tensor:
+def pil_luma(images: Tensor) -> Tensor:
     """PIL's ``convert('L')`` of a BGR batch, int32 ``B x 1 x H x W``."""
     b, g, r = images.to(torch.int32).unbind(1)
-    luma = (r * 19595 + g * 38470 + b * 7471 + 32768) >> 16
-    return luma.unsqueeze(1)
+    return ((r * 19595 + g * 38470 + b * 7471 + 32768) >> 16).unsqueeze(1)
 
 
-def pil_rounded_mean(luma: torch.Tensor) -> torch.Tensor:
+def pil_rounded_mean(luma: Tensor) -> Tensor:
     """PIL's ``int(mean + 0.5)`` of each sample's grey levels, in integers."""
     n = luma[0].numel()
-    total = luma.sum(dim=(1, 2, 3), dtype=torch.int64)
-    return (2 * total + n) // (2 * n)
+    return (2 * luma.sum(dim=(1, 2, 3), dtype=torch.int64) + n) // (2 * n)
 
 
-def pil_blend(degenerate: torch.Tensor, images: torch.Tensor,
-              factor: torch.Tensor) -> torch.Tensor:
+def pil_blend(degenerate: Tensor, images: Tensor, factor: Tensor) -> Tensor:
     """PIL's ``Image.blend(degenerate, images, factor)``, per sample factor
     (``B``), in float32; factor 1 returns ``images`` exactly."""
     factor = factor.to(torch.float32).view(-1, 1, 1, 1)
@@ -36,8 +34,7 @@ def pil_blend(degenerate: torch.Tensor, images: torch.Tensor,
     return out.clamp_(0, 255).floor_()
 
 
-def enhance(images: torch.Tensor, op: torch.Tensor,
-            factor: torch.Tensor) -> torch.Tensor:
+def enhance(images: Tensor, op: Tensor, factor: Tensor) -> Tensor:
     """Per sample, the op (``B`` ints: BRIGHTNESS, CONTRAST, SATURATION or
     NO_OP) with its ``factor`` (``B``)."""
     luma = pil_luma(images)
@@ -49,11 +46,9 @@ def enhance(images: torch.Tensor, op: torch.Tensor,
     return pil_blend(degenerate, images, factor)
 
 
-def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
-    """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV, as
-    FastColorJitter (within one grey level)."""
-    x = images * np.float32(1 / 255)
-    b, g, r = x.unbind(1)
+def rotate_hue(images: Tensor, hue_factor: Tensor) -> Tensor:
+    """Rotate the hue by ``hue_factor`` (``B``, in turns) in float HSV."""
+    b, g, r = (images * np.float32(1 / 255)).unbind(1)
     value = torch.maximum(torch.maximum(r, g), b)
     diff = value - torch.minimum(torch.minimum(r, g), b)
     saturation = diff / (value.abs() + _EPS)
@@ -65,15 +60,12 @@ def rotate_hue(images: torch.Tensor, hue_factor: torch.Tensor) -> torch.Tensor:
     shift = torch.remainder(hue_factor.to(torch.float64) * 360, 360)
     hue = hue + shift.to(torch.float32).view(-1, 1, 1)
     hue = torch.where(hue >= 360, hue - 360, hue) / 60
-    # HSV -> RGB: channel n is v - v s clip(min(k, 4 - k), 0, 1) with
-    # k = (n + h / 60) mod 6 and n = 1 (blue), 3 (green), 5 (red)
     channels = []
     for n in (1, 3, 5):
         k = torch.remainder(hue + n, 6)
         ramp = torch.minimum(k, 4 - k).clamp_(0, 1)
         channels.append(value - value * saturation * ramp)
-    out = torch.stack(channels, dim=1) * 255
-    return out.abs_().round_().clamp_(0, 255)
+    return (torch.stack(channels, dim=1) * 255).abs_().round_().clamp_(0, 255)
 
 
 class BatchColorJitter:
@@ -93,34 +85,25 @@ class BatchColorJitter:
                  saturation: Optional[Tuple[float, float]] = None,
                  hue: Optional[Tuple[float, float]] = None,
                  prob: float = 1.) -> None:
-        # keyed by BRIGHTNESS, CONTRAST, SATURATION, HUE
         self.ranges = dict(enumerate((brightness, contrast, saturation, hue)))
         self.prob = float(prob)
-        self.blends = [
-            op for op in (BRIGHTNESS, CONTRAST, SATURATION)
-            if self.ranges[op] is not None
-        ]
+        self.blends = [op for op in range(HUE) if self.ranges[op] is not None]
 
     def sample(self, num: int, generator: torch.Generator,
-               device: torch.device) -> Dict[str, torch.Tensor]:
+               device: torch.device) -> Dict[str, Tensor]:
         """Draw ``apply`` (bool), ``order`` (a permutation of the four
         operations) and one factor per enabled operation, per sample."""
-
-        def uniform(size):
-            return torch.rand(
-                size, generator=generator, device=device, dtype=torch.float64)
-
+        kw = dict(generator=generator, device=device, dtype=torch.float64)
         params = dict(
-            apply=uniform(num) < self.prob,
-            order=uniform((num, 4)).argsort(dim=1))
+            apply=torch.rand(num, **kw) < self.prob,
+            order=torch.rand((num, 4), **kw).argsort(dim=1))
         for op, name in enumerate(FACTOR_NAMES):
             if self.ranges[op] is not None:
                 low, high = self.ranges[op]
-                params[name] = low + (high - low) * uniform(num)
+                params[name] = low + (high - low) * torch.rand(num, **kw)
         return params
 
-    def __call__(self, images: torch.Tensor,
-                 params: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def __call__(self, images: Tensor, params: Dict[str, Tensor]) -> Tensor:
         if not self.blends and self.ranges[HUE] is None:
             return images
         apply = params['apply']
@@ -130,7 +113,6 @@ class BatchColorJitter:
         for op, name in enumerate(FACTOR_NAMES[:3]):
             if name in params:
                 factors[:, op] = params[name]
-        # built on the device: torch.tensor(list) would wait for the host
         blends = torch.cat([
             torch.full((1, ), op, dtype=torch.long, device=apply.device)
             for op in self.blends
@@ -138,7 +120,7 @@ class BatchColorJitter:
         blend_position = position.index_select(1, blends)
         in_order = blend_position.argsort(dim=1)
         sequence = blends[in_order]  # the sample's blends, in its order
-        sequence_position = blend_position.gather(1, in_order)
+        seq_position = blend_position.gather(1, in_order)
 
         def run_blends(images, active):
             for slot in range(len(self.blends)):
@@ -147,16 +129,11 @@ class BatchColorJitter:
                 images = enhance(images, op, factor.view(-1))
             return images
 
+        active = apply.view(-1, 1)
         if self.ranges[HUE] is None:
-            return run_blends(images, apply.view(-1, 1).expand_as(sequence))
+            return run_blends(images, active.expand_as(sequence))
         hue_position = position[:, HUE:HUE + 1]
-        images = run_blends(
-            images,
-            apply.view(-1, 1)
-            & (sequence_position < hue_position))
+        images = run_blends(images, active & (seq_position < hue_position))
         rotated = rotate_hue(images, params['hue'])
         images = torch.where(apply.view(-1, 1, 1, 1), rotated, images)
-        return run_blends(
-            images,
-            apply.view(-1, 1)
-            & (sequence_position > hue_position))
+        return run_blends(images, active & (seq_position > hue_position))

@@ -5,9 +5,10 @@ import math
 from typing import Dict, Tuple
 
 import torch
+from torch import Tensor
 
 
-def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
+def fixed_point_kernels(sigma: Tensor, max_radius: int) -> Tensor:
     """OpenCV's uint8 kernels for ``B`` sigmas (0: identity), int32
     ``B x (2 max_radius + 1)`` summing to 256."""
     sigma = sigma.to(torch.float64)
@@ -15,7 +16,6 @@ def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
     sigma = torch.where(identity, torch.ones_like(sigma), sigma)
     radius = torch.where(identity, torch.zeros_like(sigma),
                          torch.ceil(3 * sigma))
-    # taps from the outermost inwards, as OpenCV's loops
     distance = torch.arange(
         max_radius, 0, -1, dtype=torch.float64, device=sigma.device)
     scale = -0.125 / (sigma * sigma)
@@ -27,11 +27,8 @@ def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
     total = torch.zeros_like(sigma)
     for i in range(max_radius):  # (zeros first: adding 0. changes nothing)
         total = total + taps[:, i]
-    normalise = 1 / (total * 2 + 1)
-    weights = taps * normalise.view(-1, 1)
-    # error-diffusion quantisation to 1/256 (getGaussianKernelFixedPoint_ED)
-    error = torch.zeros_like(sigma)
-    quantised = []
+    weights = taps * (1 / (total * 2 + 1)).view(-1, 1)
+    error, quantised = torch.zeros_like(sigma), []
     for i in range(max_radius):
         adjusted = weights[:, i] * 256 + error
         rounded = torch.round(adjusted)  # half to even, as cvRound
@@ -43,7 +40,7 @@ def fixed_point_kernels(sigma: torch.Tensor, max_radius: int) -> torch.Tensor:
     return torch.cat([side, centre, side.flip(1)], dim=1)
 
 
-def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
+def _reflect_101(size: int, radius: int, device) -> Tensor:
     """Source index of each padded position (BORDER_REFLECT_101)."""
     if radius >= size:
         raise ValueError(
@@ -54,8 +51,7 @@ def _reflect_101(size: int, radius: int, device) -> torch.Tensor:
     return torch.where(index >= size, 2 * (size - 1) - index, index)
 
 
-def fixed_point_blur(images: torch.Tensor,
-                     kernels: torch.Tensor) -> torch.Tensor:
+def fixed_point_blur(images: Tensor, kernels: Tensor) -> Tensor:
     """Separable blur of uint8-valued float32 images by per-sample kernels
     ``B x (2 r + 1)``, as OpenCV's fixed point (exact sums, rounded once)."""
     radius = kernels.shape[1] // 2
@@ -68,7 +64,6 @@ def fixed_point_blur(images: torch.Tensor,
         out = padded.narrow(dim, 0, size) * weights[..., 0]
         for j in range(1, 2 * radius + 1):
             out.addcmul_(padded.narrow(dim, j, size), weights[..., j])
-    # (v + 2^15) >> 16: adding and scaling by a power of 2 are exact
     return out.add_(1 << 15).mul_(1 / 65536).floor_().clamp_(max=255)
 
 
@@ -81,24 +76,19 @@ class BatchGaussianBlur:
         if not 0 < low <= high:
             raise ValueError('BatchGaussianBlur: sigma_range must satisfy '
                              f'0 < min <= max, got {sigma_range}')
-        self.sigma_range = (low, high)
-        self.prob = float(prob)
+        self.sigma_range, self.prob = (low, high), float(prob)
         self.max_radius = math.ceil(3 * high)  # FastGaussianBlur's
 
     def sample(self, num: int, generator: torch.Generator,
-               device: torch.device) -> Dict[str, torch.Tensor]:
+               device: torch.device) -> Dict[str, Tensor]:
         """Draw ``apply`` (bool) and ``sigma`` (float64) per sample."""
-
-        def uniform():
-            return torch.rand(
-                num, generator=generator, device=device, dtype=torch.float64)
-
+        kw = dict(generator=generator, device=device, dtype=torch.float64)
         low, high = self.sigma_range
         return dict(
-            apply=uniform() < self.prob, sigma=low + (high - low) * uniform())
+            apply=torch.rand(num, **kw) < self.prob,
+            sigma=low + (high - low) * torch.rand(num, **kw))
 
-    def __call__(self, images: torch.Tensor,
-                 params: Dict[str, torch.Tensor]) -> torch.Tensor:
+    def __call__(self, images: Tensor, params: Dict[str, Tensor]) -> Tensor:
         sigma = torch.where(params['apply'], params['sigma'],
                             torch.zeros_like(params['sigma']))
         return fixed_point_blur(images,

@@ -5,10 +5,9 @@ import torch
 
 
 class BatchRandomGrayscale:
-    """mmcv's ``RandomGrayscale`` (``keep_channels=True``) on float32
-    ``B x 3 x H x W`` uint8 values, bit-identical to it and to
-    :class:`~mocoplug.datasets.transforms.FastRandomGrayscale` (mmcv's
-    float64 operations, in its order).
+    """mmcv's ``RandomGrayscale`` (``keep_channels=True``) on float32 ``B x 3 x
+    H x W`` uint8 values, bit-identical to it and to
+    :class:`~mocoplug.datasets.transforms.FastRandomGrayscale`.
 
     Args:
         prob (float): Probability of turning a sample grey.

@@ -17,8 +17,7 @@ class BatchSolarize:
     """
 
     def __init__(self, thr: float, prob: float) -> None:
-        self.thr = float(thr)
-        self.prob = float(prob)
+        self.thr, self.prob = float(thr), float(prob)
 
     sample = BatchRandomGrayscale.sample  # ``apply`` (bool) per sample
 

@@ -6,19 +6,19 @@ from typing import Dict, Iterator, List, Sequence, Tuple
 
 import torch
 import torchvision.io as tvio
+from torch import Tensor
 
 JPEG_MAGIC = b'\xff\xd8\xff'
-# elements of one padded float32 batch (1 GiB); larger ones go in chunks
 PADDED_ELEMENTS = 2**28
 _DECODE_STREAMS: Dict[torch.device, torch.cuda.Stream] = {}
 
 
-def _as_tensor(data: bytes) -> torch.Tensor:
+def _as_tensor(data: bytes) -> Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def decode_images(encoded: Sequence[bytes],
-                  device: torch.device) -> List[torch.Tensor]:
+                  device: torch.device) -> List[Tensor]:
     """Decode files to RGB uint8 ``3 x H x W`` tensors on ``device`` (JPEGs
     decoded there when it can, the others on the CPU)."""
     device = torch.device(device)
@@ -38,8 +38,7 @@ def decode_images(encoded: Sequence[bytes],
     return images
 
 
-def _decode_jpegs(data: List[torch.Tensor],
-                  device: torch.device) -> List[torch.Tensor]:
+def _decode_jpegs(data: List[Tensor], device: torch.device) -> List[Tensor]:
     """``decode_jpeg`` on ``device``, in one call, else one by one (None where
     it fails); on CUDA on a side stream (torchvision's race, PR #9606)."""
 
@@ -51,8 +50,7 @@ def _decode_jpegs(data: List[torch.Tensor],
             return None
 
     def decode_all():
-        decoded = decode(data)
-        return decoded if decoded is not None else [decode(d) for d in data]
+        return decode(data) or [decode(d) for d in data]
 
     if device.type != 'cuda':
         return decode_all()
@@ -68,10 +66,8 @@ def _decode_jpegs(data: List[torch.Tensor],
     return decoded
 
 
-def apply_exif_orientation(image: torch.Tensor,
-                           orientation: int) -> torch.Tensor:
-    """Turn a ``C x H x W`` image as EXIF ``orientation`` (1-8) says, as
-    PIL's ``ImageOps.exif_transpose`` and OpenCV's decoders do."""
+def apply_exif_orientation(image: Tensor, orientation: int) -> Tensor:
+    """Turn a ``C x H x W`` image as EXIF ``orientation`` (1-8) says."""
     if orientation in (5, 6, 7, 8):
         image = image.transpose(-2, -1)
     if orientation in (2, 6):
@@ -83,24 +79,19 @@ def apply_exif_orientation(image: torch.Tensor,
     return image
 
 
-def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
-                 crop_boxes: torch.Tensor, flips: torch.Tensor,
+def decode_views(encoded: Sequence[bytes], orientations: Tensor,
+                 crop_boxes: Tensor, flips: Tensor,
                  sizes: Sequence[Tuple[int, int]], modes: Sequence[str],
-                 device: torch.device) -> List[torch.Tensor]:
+                 device: torch.device) -> List[Tensor]:
     """Decode ``B`` files on ``device`` and cut ``V`` uint8 ``B x 3 x h x w``
     BGR views. ``orientations`` (``B``), ``crop_boxes`` (``B x V x 4``: top,
-    left, height, width) and ``flips`` (``B x V``) are CPU tensors (no device
-    sync); ``sizes``, ``modes``: each view's (height, width), interpolation.
-    """
+    left, height, width) and ``flips`` (``B x V``) are CPU tensors; ``sizes``,
+    ``modes``: each view's (height, width), interpolation."""
     device = torch.device(device)
-    images = [
-        apply_exif_orientation(image, orientation)
-        for image, orientation in zip(
-            decode_images(encoded, device), orientations.tolist())
-    ]
+    decoded = decode_images(encoded, device)
+    images = list(map(apply_exif_orientation, decoded, orientations.tolist()))
     params = torch.cat([crop_boxes.float(), flips[..., None].float()], -1)
-    views = [[] for _ in sizes]
-    order = []
+    views, order = [[] for _ in sizes], []
     for chunk in _chunks([i.shape[-2:] for i in images], PADDED_ELEMENTS):
         order += chunk
         batch = _padded([images[i] for i in chunk])
@@ -114,7 +105,7 @@ def decode_views(encoded: Sequence[bytes], orientations: torch.Tensor,
     return [torch.cat(v)[inverse].flip(1) for v in views]  # RGB -> BGR
 
 
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+def to_device(tensor: Tensor, device: torch.device) -> Tensor:
     """``tensor`` on ``device`` (to CUDA via pinned memory, no host wait)."""
     device = torch.device(device)
     if device.type == 'cuda' and tensor.device.type == 'cpu' \
@@ -125,8 +116,7 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _chunks(shapes: Sequence[Tuple[int, int]],
             budget: int) -> Iterator[List[int]]:
-    """Image indices, by size, in runs of padded batches of at most
-    ``budget`` elements (or one image)."""
+    """Indices by size, in runs of padded batches <= ``budget`` (or one)."""
     order = sorted(
         range(len(shapes)), key=lambda i: shapes[i][0] * shapes[i][1])
     chunk, height, width = [], 0, 0
@@ -141,10 +131,9 @@ def _chunks(shapes: Sequence[Tuple[int, int]],
         yield chunk
 
 
-def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
+def _padded(images: Sequence[Tensor]) -> Tensor:
     """The ``3 x H x W`` images as one float32 batch, zero-padded."""
-    height = max(i.shape[-2] for i in images)
-    width = max(i.shape[-1] for i in images)
+    height, width = (max(i.shape[d] for i in images) for d in (-2, -1))
     batch = images[0].new_zeros((len(images), 3, height, width),
                                 dtype=torch.float32)
     for out, image in zip(batch, images):
@@ -152,8 +141,8 @@ def _padded(images: Sequence[torch.Tensor]) -> torch.Tensor:
     return batch
 
 
-def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
-                   size: int, mode: str) -> torch.Tensor:
+def filter_weights(starts: Tensor, lengths: Tensor, out: int, size: int,
+                   mode: str) -> Tensor:
     """Weights (``N x out x size``) of PIL's antialiased 'bilinear' or
     'bicubic' resize of ``N`` spans (``starts``, ``lengths``) of an axis of
     ``size`` pixels to ``out`` pixels."""
@@ -177,8 +166,8 @@ def filter_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int,
     return weights / weights.sum(-1, keepdim=True)
 
 
-def resized_crops(images: torch.Tensor, boxes: torch.Tensor,
-                  size: Tuple[int, int], mode: str) -> torch.Tensor:
+def resized_crops(images: Tensor, boxes: Tensor, size: Tuple[int, int],
+                  mode: str) -> Tensor:
     """Crop ``boxes`` (``N x 4``: top, left, height, width) of a padded batch,
     resized to ``size`` by PIL's filter (float32, unrounded)."""
     top, left, height, width = boxes.float().unbind(-1)

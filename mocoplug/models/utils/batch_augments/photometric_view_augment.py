@@ -16,8 +16,7 @@ from .batch_solarize import BatchSolarize
 
 
 def _magnitude_range(transform, name: str) -> Tuple[float, float]:
-    """The range of a ``BaseAugTransform`` magnitude (``magnitude_std`` 'inf'
-    or <= 0)."""
+    """The range of a ``BaseAugTransform`` magnitude (std 'inf' or <= 0)."""
     v1, v2 = transform.magnitude_range
     top = v1 + transform.magnitude_level / transform.total_level * (v2 - v1)
     if transform.magnitude_std == 'inf':
@@ -41,7 +40,6 @@ def _color_jitter(jitter, prob: float, name: str) -> BatchColorJitter:
 def build_batch_op(cfg: dict):
     """The batched operation of a photometric transform config."""
     name = transform_name(cfg)
-    # RandomApply builds its inner transforms in the default scope
     with DefaultScope.overwrite_default_scope('mocoplug'):
         transform = TRANSFORMS.build(copy.deepcopy(dict(cfg)))
     if name == 'RandomApply':
@@ -55,10 +53,8 @@ def build_batch_op(cfg: dict):
                              'color_format on the device')
         return BatchRandomGrayscale(transform.prob, transform.channel_weights)
     if name in ('GaussianBlur', 'FastGaussianBlur'):
-        if transform.radius is not None:
-            sigma = (transform.radius, transform.radius)
-        else:
-            sigma = _magnitude_range(transform, name)
+        r = transform.radius
+        sigma = (r, r) if r is not None else _magnitude_range(transform, name)
         return BatchGaussianBlur(sigma, transform.prob)
     if name == 'Solarize':
         if transform.thr is None:
@@ -68,8 +64,7 @@ def build_batch_op(cfg: dict):
 
 
 class PhotometricViewAugment:
-    """The photometric steps of a ``MultiView`` view pipeline, on a batch
-    with per-sample parameters."""
+    """A ``MultiView`` pipeline's photometric steps on a batch, per sample."""
 
     def __init__(self, pipeline: Sequence[dict]) -> None:
         self.geometric, device = split_view_pipeline(pipeline)
