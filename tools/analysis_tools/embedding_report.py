@@ -126,7 +126,8 @@ class Page:
 
 
 def map_figure(data: dict, out: str, points: int, seed: int, name: str) -> str:
-    """t-SNE of up to ``points`` images, drawn with their thumbnails."""
+    """UMAP (where umap-learn is installed) or scikit-learn's t-SNE of up
+    to ``points`` images, drawn with their thumbnails."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -134,10 +135,16 @@ def map_figure(data: dict, out: str, points: int, seed: int, name: str) -> str:
     from sklearn.manifold import TSNE
     pick = np.random.default_rng(seed).permutation(len(data['paths']))
     pick = np.sort(pick[:points])
-    xy = TSNE(
-        perplexity=min(30., (len(pick) - 1) / 3),
-        init='pca',
-        random_state=seed).fit_transform(data['unit'][pick].numpy())
+    try:
+        from umap import UMAP
+        method = 'UMAP', UMAP(
+            n_neighbors=min(15, pick.size - 1), random_state=seed)
+    except ImportError:
+        method = 't-SNE', TSNE(
+            perplexity=min(30., (pick.size - 1) / 3),
+            init='pca',
+            random_state=seed)
+    xy = method[1].fit_transform(data['unit'][pick].numpy())
     fig, ax = plt.subplots(figsize=(8, 8))
     ax.scatter(xy[:, 0], xy[:, 1], s=2)
     for (x, y), i in zip(xy, pick):
@@ -147,7 +154,7 @@ def map_figure(data: dict, out: str, points: int, seed: int, name: str) -> str:
             ax.add_artist(
                 AnnotationBbox(
                     OffsetImage(np.asarray(im)), (x, y), frameon=False))
-    ax.set_title(f"t-SNE of {len(pick)} images, {data['name']}")
+    ax.set_title(f"{method[0]} of {len(pick)} images, {data['name']}")
     ax.set_axis_off()
     fig.savefig(osp.join(out, name), dpi=80, bbox_inches='tight')
     plt.close(fig)

@@ -295,3 +295,32 @@ def test_report_in_a_real_browser(embedded, load_tool, tmp_path):
     thumb = next(out.glob('thumbs/*.png'))
     thumb.unlink()
     assert set(report()['broken']) == {'thumbs/' + thumb.name}
+
+
+def test_the_map_is_umap_where_umap_learn_is_installed(embedded, load_tool,
+                                                       tmp_path, monkeypatch):
+    """umap-learn is not in the tested stack: a stand-in ``umap`` module
+    records how the report calls ``UMAP`` (its documented arguments) and
+    projects on two coordinates; without it, scikit-learn's t-SNE."""
+    import sys
+    import types
+    tmp, _, _, _ = embedded
+    calls = []
+
+    class UMAP:
+
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+
+        def fit_transform(self, x):
+            calls.append(x.shape)
+            return x[:, :2]
+
+    monkeypatch.setitem(sys.modules, 'umap', types.SimpleNamespace(UMAP=UMAP))
+    load_tool('analysis_tools/embedding_report').main([
+        str(tmp / 'moco.npz'), '--out',
+        str(tmp_path), '--map-points', '16', '--num-queries', '3'
+    ])
+    assert calls[0] == dict(n_neighbors=15, random_state=0)
+    assert calls[1][0] == 16
+    assert (tmp_path / 'map_0.png').stat().st_size > 100
