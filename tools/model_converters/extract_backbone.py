@@ -1,8 +1,7 @@
 # Copyright (c) mocoplug contributors. All rights reserved.
 """Extract the query encoder's backbone from a MoCo checkpoint (mocoplug's,
 mmpretrain's, mmselfsup's or the official one) as mmpretrain, torchvision,
-detectron2 or timm weights, or as an ONNX graph
-(docs/user_guides/evaluation.md)."""
+detectron2 or timm weights, or as ONNX (docs/user_guides/evaluation.md)."""
 import argparse
 import os
 import os.path as osp
@@ -29,17 +28,15 @@ def query_backbone(
         prefix: Optional[str] = None) -> Tuple[Dict[str, torch.Tensor], str]:
     """The query encoder's backbone tensors, prefix removed: under
     ``prefix``, else the first of the loader's ``LAYOUTS`` that has them
-    (less their projection head or classifier; a key encoder never)."""
-    candidates = [(prefix, ('fc.',
-                            'head.'))] if prefix else [(lay[1], lay[4])
-                                                       for lay in LAYOUTS
-                                                       if lay[1]]
+    (less their projection head or classifier; a key encoder never), a
+    bare ResNet or ViT among them (timm's, torchvision's: torchgeo's)."""
+    bare = {'conv1.weight', 'patch_embed.proj.weight'} & set(state)
+    candidates = [(lay[1], lay[4]) for lay in LAYOUTS if lay[1] or bare]
+    if prefix is not None:
+        candidates = [(prefix, ('fc.', 'head.'))]
     for cand, skip in candidates:
-        found = {
-            k: v
-            for k, v in _under(state, cand, skip).items()
-            if not k.startswith(UNREAD)
-        }
+        found = _under(state, cand, skip)
+        found = {k: v for k, v in found.items() if not k.startswith(UNREAD)}
         if 'patch_embed.proj.weight' in found:  # the official v3 ViT
             found = rename_vit(found)
         if found:
@@ -73,21 +70,17 @@ def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> tuple:
     import torchvision
     blocks = {i for k in backbone for i in re.findall(r'^layer3\.(\d+)\.', k)}
     bottleneck = any('conv3' in k for k in backbone)
-    depth = {
-        (6, True): 50,
-        (23, True): 101,
-        (36, True): 152,
-        (2, False): 18,
-        (6, False): 34
-    }.get((len(blocks), bottleneck))
-    net = getattr(torchvision.models, f'resnet{depth or 50}')()
+    depths = {(6, True): 50, (23, True): 101, (36, True): 152}
+    depths.update({(2, False): 18, (6, False): 34})  # BasicBlock
+    depth = depths.get((len(blocks), bottleneck))
+    name = f'resnet{depth or 50}'
+    net = getattr(torchvision.models, name)()
+    bands = backbone.get('conv1.weight', net.conv1.weight).shape[1]
+    if bands != 3:  # torchvision's stem at the bands of the backbone's
+        net.conv1 = torch.nn.Conv2d(bands, 64, 7, 2, 3, bias=False)
     try:  # the loader's rule: every tensor but the classifier
         fit_layout(
-            backbone,
-            net,
-            f'torchvision resnet{depth or 50}',
-            '',
-            keep_init=('fc.', ))
+            backbone, net, f'torchvision {name}', '', keep_init=('fc.', ))
     except ValueError as error:
         raise SystemExit(
             "torchvision's and detectron2's formats hold a torchvision "
@@ -97,32 +90,36 @@ def torchvision_resnet(backbone: Dict[str, torch.Tensor]) -> tuple:
     return net, f'resnet{depth}'
 
 
+def in_chans(stem: torch.Tensor) -> str:
+    """timm's ``in_chans`` argument for a stem of other than 3 bands."""
+    return '' if stem.shape[1] == 3 else f', in_chans={stem.shape[1]}'
+
+
 def to_timm(backbone: Dict[str, torch.Tensor]) -> Tuple[dict, str]:
     """timm's names and the model that takes them whole: a torchvision
     ResNet as timm's ``resnet*`` (the same names), mmpretrain's ViT as
     timm's ``VisionTransformer``; SystemExit for anything else."""
     if 'patch_embed.projection.weight' not in backbone:
         depth = torchvision_resnet(backbone)[1]
-        return dict(backbone), f"timm.create_model('{depth}', num_classes=0)"
+        return dict(backbone), (f"timm.create_model('{depth}', num_classes=0"
+                                f"{in_chans(backbone['conv1.weight'])})")
     out = rename_vit(backbone, to_timm=True)
-    unknown = [
-        k for k in out
-        if not k.startswith(('cls_token', 'pos_embed', 'patch_embed.proj.',
-                             'blocks.', 'norm.'))
-    ]
+    parts = ('cls_token', 'pos_embed', 'patch_embed.proj.', 'blocks.', 'norm.')
+    unknown = [k for k in out if not k.startswith(parts)]
     if unknown or 'norm.weight' not in out:
         raise SystemExit(
             "--format timm: this ViT is not timm's layout (a final norm, "
             f'no other parts): {unknown[:4] or "no final norm (ln1)"}')
     dim, _, patch, _ = out['patch_embed.proj.weight'].shape
+    chans = in_chans(out['patch_embed.proj.weight'])
     side = round((out['pos_embed'].shape[1] - 1)**0.5) * patch
     depth = len({k.split('.')[1] for k in out if k.startswith('blocks.')})
     name = {(384, 12): 'vit_small', (768, 12): 'vit_base'}.get((dim, depth))
     return out, (f"timm.create_model('{name}_patch{patch}_{side}', "
-                 'num_classes=0)' if name else
+                 f'num_classes=0{chans})' if name else
                  f'timm.models.VisionTransformer(img_size={side}, '
                  f'patch_size={patch}, embed_dim={dim}, depth={depth}, '
-                 'num_heads=<the checkpoint\'s>, num_classes=0)')
+                 f'num_heads=<the checkpoint\'s>, num_classes=0{chans})')
 
 
 class _Outputs(torch.nn.Module):
@@ -169,15 +166,13 @@ def to_onnx(backbone: Dict[str, torch.Tensor], config: Optional[str],
                     if v.dim() == 4).shape[1]
     images = torch.zeros(2, channels, size, size)
     names = [f'features_{i}' for i in range(len(module(images)))]
+    batch = {n: {0: 'batch'} for n in ['images'] + names}
     torch.onnx.export(
         module, (images, ),
         path,
         input_names=['images'],
         output_names=names,
-        dynamic_axes={n: {
-            0: 'batch'
-        }
-                      for n in ['images'] + names},
+        dynamic_axes=batch,
         dynamo=False)
     return (f'{source}: input images (batch, {channels}, {size}, {size}), '
             f'outputs {", ".join(names)}')
@@ -226,11 +221,9 @@ def main(argv=None):
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     meta = dict(source=osp.abspath(args.checkpoint), prefix=prefix)
     if args.format == 'mmpretrain':
-        torch.save(
-            dict(
-                state_dict=OrderedDict(
-                    (f'backbone.{k}', v) for k, v in backbone.items()),
-                meta=meta), args.out)
+        weights = OrderedDict(
+            (f'backbone.{k}', v) for k, v in backbone.items())
+        torch.save(dict(state_dict=weights, meta=meta), args.out)
     elif args.format in ('torchvision', 'timm'):
         torch.save(backbone, args.out)
     elif args.format == 'onnx':

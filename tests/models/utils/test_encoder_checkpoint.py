@@ -509,3 +509,64 @@ def test_rgb_weights_start_an_n_band_stem_by_the_rule(tmp_path, monkeypatch,
             assert torch.equal(tensor, want), name
     assert any(f'layers.0.weight: RGB weights adapted to {bands} bands' in m
                for _, m in logs)
+
+
+@pytest.mark.parametrize('bands, saved', [(13, 13), (4, 3)])
+def test_timm_resnet_layout_starts_an_n_band_stem(tmp_path, monkeypatch, bands,
+                                                  saved):
+    """A bare timm ResNet state dict (the layout of torchgeo's SSL4EO-S12
+    MoCo weights, ``timm.create_model('resnet18', in_chans=13)``, its
+    classifier kept) starts a ResNet of ``bands`` bands: as saved where the
+    stem has the bands, else an RGB stem by :func:`adapt_stem`."""
+    timm = pytest.importorskip('timm')
+    torch.manual_seed(0)
+    net = timm.create_model('resnet18', pretrained=False, in_chans=saved)
+    state = randomize(net, 0).state_dict()
+    path = str(tmp_path / 'resnet18_sentinel2_all_moco.pth')
+    torch.save(state, path)
+    logs = capture_log(monkeypatch)
+    model = MODELS.build(
+        dict(
+            type='MoCo',
+            backbone=dict(
+                type='mmpretrain.ResNet', depth=18, in_channels=bands),
+            neck=NECK,
+            head=dict(type='InfoNCEHead', temperature=0.2),
+            queue=dict(type='NegativeKeyQueue', size=32, dim=128),
+            shuffle_bn='none',
+            encoders_from=path))
+    model.init_weights()
+    want = dict(state)
+    if saved != bands:
+        want['conv1.weight'] = encoder_checkpoint.adapt_stem(
+            state['conv1.weight'], bands)
+    for encoder in (model.backbone, model.momentum_encoder.backbone):
+        for name, value in encoder.state_dict().items():
+            assert torch.equal(value, want[name]), name
+    assert (f'conv1.weight: RGB weights adapted to {bands} bands'
+            in ' '.join(m for _, m in logs)) == (
+                saved != bands)
+    assert not warnings(logs), logs
+    if saved != 3:  # a stem of other bands than the saved, not RGB
+        other = MODELS.build(
+            dict(type='mmpretrain.ResNet', depth=18, in_channels=saved + 1))
+        with pytest.raises(ValueError, match='no known key layout.*conv1'):
+            encoder_checkpoint.fit_layout(
+                state, other, 'encoders_from', stems=[])
+
+
+def test_official_v3_vit_starts_an_n_band_patch_embedding(
+        tmp_path, monkeypatch):
+    """The official RGB ViT into ``in_channels=4``: the patch embedding by
+    :func:`adapt_stem`, every other tensor as saved."""
+    path, vit, *_ = official_vit_checkpoint(tmp_path)
+    logs = capture_log(monkeypatch)
+    model = mocov3(path, dict(VIT, in_channels=4), 32, True)
+    stem = 'patch_embed.projection.weight'
+    want = dict(vit.state_dict())
+    want[stem] = encoder_checkpoint.adapt_stem(want[stem], 4)
+    for encoder in (model.backbone, model.momentum_encoder.backbone):
+        assert encoder.state_dict()[stem].shape[1] == 4
+        for name, value in encoder.state_dict().items():
+            assert torch.equal(value, want[name]), name
+    assert any(f'{stem}: RGB weights adapted to 4 bands' in m for _, m in logs)

@@ -277,3 +277,45 @@ def test_onnx_format_runs_in_onnxruntime_as_the_backbone(
         load_tool(EXTRACT).main(
             [path, str(tmp_path / 'x.pth'), '--size', '64'])
     assert not (tmp_path / 'x.onnx').exists()
+
+
+def test_a_bare_timm_resnet_of_13_bands_is_read_in_every_format(
+        tmp_path, load_tool):
+    """torchgeo's SSL4EO-S12 MoCo weights' layout: a bare timm ResNet state
+    dict of 13 bands (its classifier kept). mmpretrain's ResNet with
+    ``in_channels=13`` takes it and computes timm's features; timm's
+    ``in_chans=13`` model loads the timm format strictly, torchvision's
+    ResNet with a 13-band stem the torchvision format."""
+    timm = pytest.importorskip('timm')
+    from mmpretrain.models import ResNet
+    torch.manual_seed(0)
+    source = timm.create_model('resnet18', pretrained=False, in_chans=13)
+    path = tmp_path / 'resnet18_sentinel2_all_moco.pth'
+    torch.save(source.state_dict(), path)
+    outs = {}
+    for kind in ('mmpretrain', 'timm', 'torchvision'):
+        outs[kind] = tmp_path / f'{kind}.pth'
+        load_tool(EXTRACT).main([str(path), str(outs[kind]), '--format', kind])
+    ours = ResNet(depth=18, in_channels=13)
+    ours.init_cfg = dict(
+        type='Pretrained',
+        checkpoint=str(outs['mmpretrain']),
+        prefix='backbone.')
+    ours.init_weights()
+    timm_net = timm.create_model(
+        'resnet18', pretrained=False, num_classes=0, in_chans=13)
+    timm_net.load_state_dict(torch.load(outs['timm']), strict=True)
+    net = torchvision.models.resnet18()
+    net.conv1 = torch.nn.Conv2d(13, 64, 7, 2, 3, bias=False)
+    result = net.load_state_dict(torch.load(outs['torchvision']), strict=False)
+    assert sorted(result.missing_keys) == ['fc.bias', 'fc.weight']
+    x = torch.randn(2, 13, 64, 64, generator=torch.Generator().manual_seed(0))
+    for module in (source, ours, timm_net, net):
+        module.eval()
+    net.fc = torch.nn.Identity()
+    source.reset_classifier(0)
+    with torch.no_grad():
+        want = source(x)
+        # the same convolutions and BN in the same order (as above)
+        for got in (ours(x)[-1].mean((2, 3)), timm_net(x), net(x)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
