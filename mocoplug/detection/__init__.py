@@ -8,6 +8,7 @@ from .band_det_data_preprocessor import BandDetDataPreprocessor
 from .precise_bn_hook import DetectionPreciseBNHook, precise_bn_stats
 from .scalable_res_layer import ScalableResLayerExtraNorm
 
+# mocoplug's checks on mmdet's runtime (docs/design_notes.md)
 for _hook in (MoCoConfigCheckHook, NonFiniteLossHook):
     HOOKS.register_module(module=_hook)
 

@@ -95,13 +95,21 @@ def band_statistics(cfg: Config, stats: dict) -> None:
 
 
 def spy_inputs(monkeypatch):
-    """The batches BandDetDataPreprocessor receives (before normalising)."""
+    """The batches BandDetDataPreprocessor receives, each checked against
+    its output: every band normalised by its own mean and std."""
     from mocoplug.detection import BandDetDataPreprocessor
     seen, original = [], BandDetDataPreprocessor.forward
 
     def forward(self, data, training=False):
-        seen.extend(x.clone() for x in data['inputs'])
-        return original(self, data, training)
+        inputs = [x.clone() for x in data['inputs']]
+        out = original(self, data, training)
+        for x, y in zip(inputs, out['inputs']):
+            mean, std = self.mean.cpu(), self.std.cpu()
+            assert mean.numel() == 4 and len(set(mean.flatten().tolist())) > 1
+            want = (x.float() - mean) / std
+            torch.testing.assert_close(y[:, :x.shape[1], :x.shape[2]], want)
+        seen.extend(inputs)
+        return out
 
     monkeypatch.setattr(BandDetDataPreprocessor, 'forward', forward)
     return seen

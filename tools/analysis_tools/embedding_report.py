@@ -138,7 +138,7 @@ def map_figure(data: dict, out: str, points: int, seed: int, name: str) -> str:
     try:
         from umap import UMAP
         method = 'UMAP', UMAP(
-            n_neighbors=min(15, pick.size - 1), random_state=seed)
+            n_neighbors=min(15, max(2, pick.size - 1)), random_state=seed)
     except ImportError:
         method = 't-SNE', TSNE(
             perplexity=min(30., (pick.size - 1) / 3),

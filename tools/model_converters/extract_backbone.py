@@ -30,9 +30,11 @@ def query_backbone(
     ``prefix``, else the first of the loader's ``LAYOUTS`` that has them
     (less their projection head or classifier; a key encoder never), a
     bare ResNet or ViT among them (timm's, torchvision's: torchgeo's)."""
-    bare = {'conv1.weight', 'patch_embed.proj.weight'} & set(state)
+    bare = 'conv1.weight' in state or {  # a ResNet's stem, a ViT's
+        'patch_embed.proj.weight', 'cls_token', 'blocks.0.attn.qkv.weight'
+    } <= set(state)
     candidates = [(lay[1], lay[4]) for lay in LAYOUTS if lay[1] or bare]
-    if prefix is not None:
+    if prefix:
         candidates = [(prefix, ('fc.', 'head.'))]
     for cand, skip in candidates:
         found = _under(state, cand, skip)
@@ -208,9 +210,9 @@ def main(argv=None):
     if not isinstance(state, dict):
         raise SystemExit(f'{args.checkpoint} holds no state dict')
     backbone, prefix = query_backbone(state, args.prefix)
-    skipped = [k for k in state if not k.startswith(prefix)]
     print(f'query encoder: {len(backbone)} tensors under {prefix!r}; '
-          f'left out {len(skipped)} others (key encoder, neck, queue, ...)')
+          f'left out {len(state) - len(backbone)} others (key encoder, neck,'
+          ' queue, ...)')
     if args.format == 'timm':
         backbone, target = to_timm(backbone)
         print(f'timm: every tensor fits {target} (load_state_dict strict)')

@@ -29,9 +29,9 @@ class BandStatistics:
                              f'values) and std ({len(std)}) need one value '
                              'per band each')
         super().__init__(mean=mean[:1], std=std[:1], **kwargs)
-        for name, values in (('mean', mean), ('std', std)):
+        for key, values in (('mean', mean), ('std', std)):
             values = torch.tensor(values, dtype=torch.float32).view(-1, 1, 1)
-            self.register_buffer(name, values, False)
+            self.register_buffer(key, values, False)
 
 
 @MODELS.register_module()

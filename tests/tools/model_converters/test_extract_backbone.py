@@ -282,14 +282,17 @@ def test_onnx_format_runs_in_onnxruntime_as_the_backbone(
 def test_a_bare_timm_resnet_of_13_bands_is_read_in_every_format(
         tmp_path, load_tool):
     """torchgeo's SSL4EO-S12 MoCo weights' layout: a bare timm ResNet state
-    dict of 13 bands (its classifier kept). mmpretrain's ResNet with
-    ``in_channels=13`` takes it and computes timm's features; timm's
-    ``in_chans=13`` model loads the timm format strictly, torchvision's
-    ResNet with a 13-band stem the torchvision format."""
+    dict of 13 bands (its classifier kept), every tensor random. mmpretrain's
+    ResNet with ``in_channels=13`` loads the mmpretrain format strictly and
+    computes timm's features; timm's ``in_chans=13`` model loads the timm
+    format strictly, torchvision's ResNet with a 13-band stem the
+    torchvision format; a bare timm ViT of 4 bands goes to timm's names."""
     timm = pytest.importorskip('timm')
     from mmpretrain.models import ResNet
-    torch.manual_seed(0)
+
+    from ...models.utils.test_encoder_checkpoint import randomize
     source = timm.create_model('resnet18', pretrained=False, in_chans=13)
+    randomize(source, 0)  # (timm zeroes each block's last BN weight)
     path = tmp_path / 'resnet18_sentinel2_all_moco.pth'
     torch.save(source.state_dict(), path)
     outs = {}
@@ -297,11 +300,10 @@ def test_a_bare_timm_resnet_of_13_bands_is_read_in_every_format(
         outs[kind] = tmp_path / f'{kind}.pth'
         load_tool(EXTRACT).main([str(path), str(outs[kind]), '--format', kind])
     ours = ResNet(depth=18, in_channels=13)
-    ours.init_cfg = dict(
-        type='Pretrained',
-        checkpoint=str(outs['mmpretrain']),
-        prefix='backbone.')
-    ours.init_weights()
+    ours.load_state_dict({
+        k[len('backbone.'):]: v
+        for k, v in torch.load(outs['mmpretrain'])['state_dict'].items()
+    })
     timm_net = timm.create_model(
         'resnet18', pretrained=False, num_classes=0, in_chans=13)
     timm_net.load_state_dict(torch.load(outs['timm']), strict=True)
@@ -309,6 +311,7 @@ def test_a_bare_timm_resnet_of_13_bands_is_read_in_every_format(
     net.conv1 = torch.nn.Conv2d(13, 64, 7, 2, 3, bias=False)
     result = net.load_state_dict(torch.load(outs['torchvision']), strict=False)
     assert sorted(result.missing_keys) == ['fc.bias', 'fc.weight']
+    assert result.unexpected_keys == []
     x = torch.randn(2, 13, 64, 64, generator=torch.Generator().manual_seed(0))
     for module in (source, ours, timm_net, net):
         module.eval()
@@ -319,3 +322,25 @@ def test_a_bare_timm_resnet_of_13_bands_is_read_in_every_format(
         # the same convolutions and BN in the same order (as above)
         for got in (ours(x)[-1].mean((2, 3)), timm_net(x), net(x)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    vit = timm.models.VisionTransformer(
+        img_size=32,
+        patch_size=16,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        in_chans=4,
+        num_classes=0)
+    torch.save(vit.state_dict(), path)
+    out = tmp_path / 'vit_timm.pth'
+    load_tool(EXTRACT).main([str(path), str(out), '--format', 'timm'])
+    again = timm.models.VisionTransformer(
+        img_size=32,
+        patch_size=16,
+        embed_dim=32,
+        depth=2,
+        num_heads=2,
+        in_chans=4,
+        num_classes=0)
+    again.load_state_dict(torch.load(out), strict=True)
+    for name, value in vit.state_dict().items():
+        assert torch.equal(again.state_dict()[name], value), name
